@@ -112,6 +112,16 @@ static int setup(gdl_module *(*make)(void), gdl_device dev, int masters, gdl_mod
     return 0;
 }
 
+/* frees what setup made and resets the arena; 0 */
+static int teardown(gdl_module *m, gdl_optimizer *opt, gdl_tensor *x, gdl_tensor *y) {
+    gdl_optim_free(opt);
+    gdl_module_free(m);
+    gdl_free(x);
+    gdl_free(y);
+    gdl_arena_reset();
+    return 0;
+}
+
 static int step_figures(const char *name, gdl_module *(*make)(void), gdl_device dev, gdl_dtype dt) {
     gdl_tensor *x, *y, *loss;
     gdl_module *m;
@@ -150,12 +160,7 @@ static int step_figures(const char *name, gdl_module *(*make)(void), gdl_device 
            dt == GDL_F32 ? "f32" : gdl_dtype_name(dt), (double)arena / 1024, (double)act / 1024, (double)pc / 1024,
            act ? 100.0 * (double)low / (double)act : 0, (double)step_arena / 1024, (double)dev_peak / 1024, 1e3 * t[10]);
     printf("%-10s | %s\n", "", gdl_flops_line(flops, t[10], dev, dt));
-    gdl_optim_free(opt);
-    gdl_module_free(m);
-    gdl_free(x);
-    gdl_free(y);
-    gdl_arena_reset();
-    return 0;
+    return teardown(m, opt, x, y);
 }
 
 /* mode 0: f32, 1: f32 under bf16 autocast, 2: bf16 parameters + f32 masters under bf16 autocast */
@@ -201,12 +206,7 @@ static int mw_figures(const char *name, gdl_module *(*make)(void), gdl_device de
     printf("%-4s %-7s | %9.1f | %9.1f | %9.1f | %9.1f | %9.1f | %10.1f | %8.3f\n", name, runs[mode],
            (double)pb / 1024, (double)gb / 1024, (double)mb / 1024, (double)sb / 1024,
            (double)(pb + gb + mb + sb) / 1024, (double)pc / 1024, 1e3 * t[10]);
-    gdl_optim_free(opt);
-    gdl_module_free(m);
-    gdl_free(x);
-    gdl_free(y);
-    gdl_arena_reset();
-    return 0;
+    return teardown(m, opt, x, y);
 }
 
 /* gdl_step alone on one parameter of 2^20 elements (its gradient made once): median of 21 */

@@ -443,8 +443,9 @@ static int report(run *r, int step, int rows, double train_sum, double seconds) 
 static int train(run *r) {
     const opts *o = r->o;
     int64_t bt = (int64_t)r->B * r->c->block_size;
-    double loss, sum = 0, secs = 0, t0, flops = 0, med; /* flops: the training steps' (gdl_flops_count) */
-    int step, rows = 0;
+    double loss, t0, flops = 0, med; /* flops: the training steps' (gdl_flops_count) */
+    ex_steplog log = {0, 0, 0};
+    int step, due;
     gdl_tensor *x, *y;
     if (report(r, 0, 0, 0, 0) < 0) return -1;
     for (step = 1; step <= o->steps; step++) {
@@ -458,22 +459,11 @@ static int train(run *r) {
             return -1;
         r->times[step - 1] = gdl_now() - t0;
         flops += (double)gdl_flops_count(NULL, NULL);
-        if (loss != loss) {
-            fprintf(stderr, "char_gpt: the loss is NaN at step %d (diverged: try a smaller --lr)\n", step);
-            return -1;
-        }
-        secs += r->times[step - 1];
-        sum += loss;
-        rows++;
-        if (step % o->log_interval == 0) printf("step %d: loss %.6f\n", step, loss);
-        if (step % o->eval_interval == 0 || step == o->steps) {
-            if (report(r, step, rows, sum, secs) < 0) return -1;
-            sum = secs = 0;
-            rows = 0;
-        }
+        due = ex_steplog_add(&log, "char_gpt", step, o->steps, loss, r->times[step - 1], o->log_interval, o->eval_interval);
+        if (due < 0 || (due && report(r, step, log.rows, log.sum, log.secs) < 0)) return -1;
+        if (due) memset(&log, 0, sizeof log);
     }
-    med = ex_median(r->times, o->steps, 3);
-    printf("median step time %.2f ms (steps %d to %d)\n", 1e3 * med, o->steps > 3 ? 4 : 1, o->steps);
+    med = ex_print_median_step(r->times, o->steps);
     if (r->np > 0) ex_print_flops(flops, med * o->steps, o->steps, r->params[0]->device, r->amp); /* at the median */
     return 0;
 }

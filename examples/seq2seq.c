@@ -864,8 +864,9 @@ static int train_step(run *r, double *loss_out) {
 static int train(run *r, uint64_t seed) {
     const opts *o = r->o;
     size_t bs = (size_t)r->B * (size_t)r->d->S, bt = (size_t)r->B * (size_t)r->d->T;
-    double loss, sum = 0, secs = 0, t0;
-    int step, rows = 0;
+    double loss, t0;
+    ex_steplog log = {0, 0, 0};
+    int step, due;
     if (report(r, 0, 0, 0, 0) < 0) return -1;
     for (step = 1; step <= o->steps; step++) {
         make_batch(r, seed, step - 1);
@@ -877,22 +878,11 @@ static int train(run *r, uint64_t seed) {
         t0 = gdl_now();
         if (train_step(r, &loss) < 0) return -1;
         r->times[step - 1] = gdl_now() - t0;
-        if (loss != loss) {
-            fprintf(stderr, "seq2seq: the loss is NaN at step %d (diverged: try a smaller --lr)\n", step);
-            return -1;
-        }
-        secs += r->times[step - 1];
-        sum += loss;
-        rows++;
-        if (step % o->log_interval == 0) printf("step %d: loss %.6f\n", step, loss);
-        if (step % o->eval_interval == 0 || step == o->steps) {
-            if (report(r, step, rows, sum, secs) < 0) return -1;
-            sum = secs = 0;
-            rows = 0;
-        }
+        due = ex_steplog_add(&log, "seq2seq", step, o->steps, loss, r->times[step - 1], o->log_interval, o->eval_interval);
+        if (due < 0 || (due && report(r, step, log.rows, log.sum, log.secs) < 0)) return -1;
+        if (due) memset(&log, 0, sizeof log);
     }
-    printf("median step time %.2f ms (steps %d to %d)\n", 1e3 * ex_median(r->times, o->steps, 3), o->steps > 3 ? 4 : 1,
-           o->steps);
+    ex_print_median_step(r->times, o->steps);
     return 0;
 }
 

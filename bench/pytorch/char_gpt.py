@@ -18,7 +18,6 @@ import argparse
 import contextlib
 import json
 import math
-import statistics
 import struct
 import time
 
@@ -28,6 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import flops  # the utilisation line (this folder is on the path when run as a script)
+from steplog import StepLog
 
 
 def autocast(device, amp):
@@ -165,7 +165,7 @@ def main():
           f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, dropout {c['dropout']:g}, "
           f"{dev}{', autocast to ' + args.amp if args.amp else ''}")
     print(f"eval 0: val {evaluate(model, b['val.x'], b['val.y'], args.amp):.6f}")
-    times, total, secs, rows = [], 0.0, 0.0, 0
+    log = StepLog(steps, c["log_interval"], c["eval_interval"])
     for step in range(1, steps + 1):
         # on the device before the step's clock starts, as char_gpt's loader hands its batch over
         x, y = b["train.x"][step - 1].to(dev).long(), b["train.y"][step - 1].to(dev).long()
@@ -191,20 +191,12 @@ def main():
         else:
             opt.step()
         value = loss.item()
-        times.append(time.perf_counter() - t0)
-        secs += times[-1]
-        total += value
-        rows += 1
-        if step % c["log_interval"] == 0:
-            print(f"step {step}: loss {value:.6f}")
-        if step % c["eval_interval"] == 0 or step == steps:
+        if log.add(step, value, time.perf_counter() - t0):
             val = evaluate(model, b["val.x"], b["val.y"], args.amp)
-            print(f"eval {step}: train {total / rows:.6f} val {val:.6f} lr {lr_at(step, c):.2e}, {secs:.1f} s, "
-                  f"{rows * x.numel() / secs:.0f} tokens/s")
-            total, secs, rows = 0.0, 0.0, 0
-    first = 3 if steps > 3 else 0
-    med = statistics.median(times[first:])
-    print(f"median step time {1e3 * med:.2f} ms (steps {first + 1} to {steps})")
+            print(f"eval {step}: train {log.total / log.rows:.6f} val {val:.6f} lr {lr_at(step, c):.2e}, "
+                  f"{log.secs:.1f} s, {log.rows * x.numel() / log.secs:.0f} tokens/s")
+            log.reset()
+    med = log.median()
     print("utilisation: " + flops.line(step_flops, med))
 
 

@@ -40,7 +40,7 @@ def find(d, base):
     for p in (os.path.join(d, base), os.path.join(d, base + ".gz")):
         if os.path.exists(p):
             return p
-    raise SystemExit("fmnist92.py: %s(.gz) not found in %s" % (base, d))
+    raise SystemExit("%s: %s(.gz) not found in %s" % (os.path.basename(sys.argv[0]), base, d))
 
 
 def main():

@@ -14,7 +14,6 @@ bench/compare_seq2seq.sh runs both on the CPU and compares them.
 """
 import argparse
 import math
-import statistics
 import time
 import warnings
 
@@ -23,6 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from st_io import read_safetensors
+from steplog import StepLog
 
 PAD, UNK = 0, 1  # gdl's <pad> and <unk>
 
@@ -227,7 +227,7 @@ def main():
           f"{c['nhead']} heads, {c['enc_layers']}+{c['dec_layers']} layers, ff {c['ff']}, batch {c['batch_size']}, "
           f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, dropout {c['dropout']:g}")
     print(f"eval 0: held-out {heldout_loss(model, b, c):.6f}")
-    times, total, secs, rows = [], 0.0, 0.0, 0
+    log = StepLog(steps, c["log_interval"], c["eval_interval"])
     for step in range(1, steps + 1):
         src, tin, tout = (b[k][step - 1].long() for k in ("train.src", "train.tgt_in", "train.tgt_out"))
         t0 = time.perf_counter()
@@ -239,19 +239,11 @@ def main():
         if c["grad_clip"] > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), c["grad_clip"])
         opt.step()
-        value = loss.item()
-        times.append(time.perf_counter() - t0)
-        secs += times[-1]
-        total += value
-        rows += 1
-        if step % c["log_interval"] == 0:
-            print(f"step {step}: loss {value:.6f}")
-        if step % c["eval_interval"] == 0 or step == steps:
-            print(f"eval {step}: train {total / rows:.6f} held-out {heldout_loss(model, b, c):.6f} "
-                  f"lr {lr_at(step, c):.2e}, {secs:.1f} s, {rows * c['batch_size'] / secs:.0f} pairs/s")
-            total, secs, rows = 0.0, 0.0, 0
-    first = 3 if steps > 3 else 0
-    print(f"median step time {1e3 * statistics.median(times[first:]):.2f} ms (steps {first + 1} to {steps})")
+        if log.add(step, loss.item(), time.perf_counter() - t0):
+            print(f"eval {step}: train {log.total / log.rows:.6f} held-out {heldout_loss(model, b, c):.6f} "
+                  f"lr {lr_at(step, c):.2e}, {log.secs:.1f} s, {log.rows * c['batch_size'] / log.secs:.0f} pairs/s")
+            log.reset()
+    log.median()
     for width in [1] + ([c["beam"]] if c["beam"] > 1 else []):
         e, ed, ch, n, s = figures(model, b, c, width)
         print(f"{'greedy' if width == 1 else f'beam {width}'}: exact match {100 * e / n:.2f}% ({e} of {n}), "
