@@ -502,13 +502,12 @@ static int make_training(run *r) {
     if (!(r->opt = gdl_adamw_new(o->lr, 0.9, 0.99, 1e-8, o->weight_decay)) ||
         gdl_optim_add_module(r->opt, r->model, 1) < 0 ||
         !(r->sched = gdl_warmup_cosine_lr_new(r->opt, o->warmup, 1.0 / (o->warmup + 1), o->steps - o->warmup, o->min_lr)) ||
-        (r->np = gdl_module_named_tensors(r->model, GDL_PARAMS, NULL, NULL, 0)) < 0)
+        !(r->params = ex_param_list("char_gpt", r->model, &r->np)))
         return -1;
     if (r->amp == GDL_F16) {
         gdl_grad_scaler_opts so = gdl_grad_scaler_defaults();
         if (!(r->scaler = gdl_grad_scaler_new(&so))) return -1;
     }
-    r->params = (gdl_tensor **)malloc(sizeof *r->params * (size_t)r->np);
     r->times = (double *)malloc(sizeof *r->times * (size_t)o->steps);
     if (o->dump) {
         r->d.train_x = (int32_t *)malloc(sizeof(int32_t) * bt * (size_t)o->steps);
@@ -516,11 +515,11 @@ static int make_training(run *r) {
         r->d.val_x = (int32_t *)malloc(sizeof(int32_t) * bt * (size_t)o->eval_batches);
         r->d.val_y = (int32_t *)malloc(sizeof(int32_t) * bt * (size_t)o->eval_batches);
     }
-    if (!r->params || !r->times || (o->dump && (!r->d.train_x || !r->d.train_y || !r->d.val_x || !r->d.val_y))) {
+    if (!r->times || (o->dump && (!r->d.train_x || !r->d.train_y || !r->d.val_x || !r->d.val_y))) {
         fprintf(stderr, "char_gpt: out of memory\n");
         return -1;
     }
-    return gdl_module_named_tensors(r->model, GDL_PARAMS, NULL, r->params, r->np) == r->np ? 0 : -1;
+    return 0;
 }
 
 static void run_free(run *r) {

@@ -211,6 +211,22 @@ static inline void ex_free_training(gdl_scheduler *sched, gdl_optimizer *opt, gd
     gdl_dataset_free(test);
 }
 
+/* The parameters of m (gdl_module_named_tensors' order) in a new array for clipping, their count in *np.
+   NULL after printing "prog: out of memory", or on gdl's error. */
+static inline gdl_tensor **ex_param_list(const char *prog, gdl_module *m, int *np) { /* inline: no warning where unused */
+    gdl_tensor **ps;
+    if ((*np = gdl_module_named_tensors(m, GDL_PARAMS, NULL, NULL, 0)) < 0) return NULL;
+    if (!(ps = (gdl_tensor **)malloc(sizeof *ps * (size_t)(*np > 0 ? *np : 1)))) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        return NULL;
+    }
+    if (gdl_module_named_tensors(m, GDL_PARAMS, NULL, ps, *np) != *np) {
+        free(ps);
+        return NULL;
+    }
+    return ps;
+}
+
 /* The sequence examples' step log: each step's loss and time summed until the next report. */
 typedef struct {
     double sum, secs; /* the losses and step times since the last report */

@@ -165,13 +165,7 @@ fail:
     if (rc) fprintf(stderr, "mnist_mlp: %s\n", gdl_last_error());
     if (csv) fclose(csv);
     gdl_ema_free(ema);
-    gdl_scheduler_free(sched);
-    gdl_optim_free(opt);
-    gdl_module_free(model);
-    gdl_loader_free(train_loader);
-    gdl_loader_free(test_loader);
-    gdl_dataset_free(train);
-    gdl_dataset_free(test);
+    ex_free_training(sched, opt, model, train_loader, test_loader, train, test);
     gdl_shutdown();
     return rc;
 }

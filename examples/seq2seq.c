@@ -920,9 +920,8 @@ static int make_training(run *r) {
     size_t bs = (size_t)r->B * (size_t)r->d->S, bt = (size_t)r->B * (size_t)r->d->T;
     if (!(r->opt = gdl_adamw_new(o->lr, 0.9, 0.98, 1e-9, o->weight_decay)) || gdl_optim_add_module(r->opt, r->model, 1) < 0 ||
         !(r->sched = gdl_warmup_cosine_lr_new(r->opt, o->warmup, 1.0 / (o->warmup + 1), o->steps - o->warmup, o->min_lr)) ||
-        (r->np = gdl_module_named_tensors(r->model, GDL_PARAMS, NULL, NULL, 0)) < 0)
+        !(r->params = ex_param_list("seq2seq", r->model, &r->np)))
         return -1;
-    r->params = (gdl_tensor **)malloc(sizeof *r->params * (size_t)r->np);
     r->times = (double *)malloc(sizeof *r->times * (size_t)o->steps);
     r->perm = (int64_t *)malloc(sizeof *r->perm * (size_t)r->d->n_train);
     r->bsrc = (int32_t *)malloc(sizeof(int32_t) * bs);
@@ -933,12 +932,12 @@ static int make_training(run *r) {
         r->dump_in = (int32_t *)malloc(sizeof(int32_t) * bt * (size_t)o->steps);
         r->dump_out = (int32_t *)malloc(sizeof(int32_t) * bt * (size_t)o->steps);
     }
-    if (!r->params || !r->times || !r->perm || !r->bsrc || !r->bin || !r->bout ||
+    if (!r->times || !r->perm || !r->bsrc || !r->bin || !r->bout ||
         (o->dump && (!r->dump_src || !r->dump_in || !r->dump_out))) {
         fprintf(stderr, "seq2seq: out of memory\n");
         return -1;
     }
-    return gdl_module_named_tensors(r->model, GDL_PARAMS, NULL, r->params, r->np) == r->np ? 0 : -1;
+    return 0;
 }
 
 static void run_free(run *r) {

@@ -27,7 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import flops  # the utilisation line (this folder is on the path when run as a script)
-from steplog import StepLog
+from seqtrain import StepLog, adamw_two_groups
 
 
 def autocast(device, amp):
@@ -154,11 +154,7 @@ def main():
     model.load_state_dict(weights, strict=True)
     model.to(dev)
     scaler = torch.amp.GradScaler(dev.type) if args.amp == "f16" else None
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": c["weight_decay"]},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["eps"])
+    opt = adamw_two_groups(model, c)
     steps = min(args.steps or c["steps"], c["steps"])
     print(f"char_gpt.py (torch {torch.__version__}, {args.threads} threads): {c['n_layer']} layers, {c['n_head']} heads, "
           f"width {c['n_embd']}, context {c['block_size']}, batch {int(c['batch_size'])}, "

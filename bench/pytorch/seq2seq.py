@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from st_io import read_safetensors
-from steplog import StepLog
+from seqtrain import StepLog, adamw_two_groups
 
 PAD, UNK = 0, 1  # gdl's <pad> and <unk>
 
@@ -217,11 +217,7 @@ def main():
     model.load_state_dict(weights, strict=True)
     if args.float64:
         model.double()
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": c["weight_decay"]},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["eps"])
+    opt = adamw_two_groups(model, c)
     steps = min(args.steps or c["steps"], c["steps"])
     print(f"seq2seq.py (torch {torch.__version__}, {args.threads} threads): nn.Transformer width {c['d_model']}, "
           f"{c['nhead']} heads, {c['enc_layers']}+{c['dec_layers']} layers, ff {c['ff']}, batch {c['batch_size']}, "

@@ -1,7 +1,20 @@
-"""steplog.py - the sequence twins' step log, in the words of gpudl's examples (ex_steplog):
-each step's loss and time summed until the next report, "step N: loss" every log_interval
-steps, and the median step time without the first three steps (which warm up)."""
+"""seqtrain.py - what the sequence twins (char_gpt.py, seq2seq.py) train with alike: AdamW in
+two groups (no decay on biases and norms, as the examples' make_training), and the step log in
+the words of gpudl's examples (ex_steplog_add): each step's loss and time summed until the
+next report, "step N: loss" every log_interval steps, and the median step time without the
+first three steps (which warm up)."""
 import statistics
+
+import torch
+
+
+def adamw_two_groups(model, c):
+    """AdamW with c's lr, betas, eps; weight_decay on the parameters of two or more dims only."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": c["weight_decay"]},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["eps"])
 
 
 class StepLog:
