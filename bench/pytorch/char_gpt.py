@@ -17,7 +17,6 @@ for the GPU, so the times are the GPU's.
 import argparse
 import contextlib
 import json
-import math
 import struct
 import time
 
@@ -27,7 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import flops  # the utilisation line (this folder is on the path when run as a script)
-from seqtrain import StepLog, adamw_two_groups
+from seqtrain import StepLog, adamw_two_groups, lr_at
 
 
 def autocast(device, amp):
@@ -113,15 +112,6 @@ class GPT(nn.Module):
             x = block(x)
         logits = self.lm_head(t.ln_f(x))
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
-
-
-def lr_at(t, c):
-    """gdl_warmup_cosine_lr_new(opt, warmup, 1/(warmup+1), steps - warmup, min_lr) at step t: nanoGPT's get_lr."""
-    lr, warmup, min_lr = c["lr"], int(c["warmup"]), c["min_lr"]
-    if t < warmup:
-        s = 1 / (warmup + 1)
-        return lr * (s + (1 - s) * t / warmup)
-    return min_lr + (lr - min_lr) * (1 + math.cos(math.pi * (t - warmup) / (c["steps"] - warmup))) / 2
 
 
 def evaluate(model, val_x, val_y, amp):

@@ -43,6 +43,11 @@ def find(d, base):
     raise SystemExit("%s: %s(.gz) not found in %s" % (os.path.basename(sys.argv[0]), base, d))
 
 
+def default_data():
+    """--data's default: $GPUDL_DATA, else ./data when it exists, else Debian's dataset-fashion-mnist."""
+    return os.environ.get("GPUDL_DATA") or ("data" if os.path.isdir("data") else "/usr/share/datasets/fashion-mnist")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -52,8 +57,7 @@ def main():
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--target", type=float, default=0.92)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--data", default=os.environ.get("GPUDL_DATA") or
-                    ("data" if os.path.isdir("data") else "/usr/share/datasets/fashion-mnist"))
+    ap.add_argument("--data", default=default_data())
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     dev = torch.device(a.device)

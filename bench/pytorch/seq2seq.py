@@ -13,7 +13,6 @@ exact-match and character-accuracy lines.
 bench/compare_seq2seq.sh runs both on the CPU and compares them.
 """
 import argparse
-import math
 import time
 import warnings
 
@@ -22,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from st_io import read_safetensors
-from seqtrain import StepLog, adamw_two_groups
+from seqtrain import StepLog, adamw_two_groups, lr_at
 
 PAD, UNK = 0, 1  # gdl's <pad> and <unk>
 
@@ -67,15 +66,6 @@ class Seq2Seq(nn.Module):
         memory, pad = self.encode(src)
         logits = self.decode(tgt_in, memory, pad)
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1), ignore_index=PAD)
-
-
-def lr_at(t, c):
-    """gdl_warmup_cosine_lr_new(opt, warmup, 1/(warmup+1), steps - warmup, min_lr) at step t."""
-    lr, warmup, min_lr = c["lr"], int(c["warmup"]), c["min_lr"]
-    if t < warmup:
-        s = 1 / (warmup + 1)
-        return lr * (s + (1 - s) * t / warmup)
-    return min_lr + (lr - min_lr) * (1 + math.cos(math.pi * (t - warmup) / (c["steps"] - warmup))) / 2
 
 
 def heldout_loss(model, b, c):

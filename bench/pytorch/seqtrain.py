@@ -1,8 +1,9 @@
 """seqtrain.py - what the sequence twins (char_gpt.py, seq2seq.py) train with alike: AdamW in
-two groups (no decay on biases and norms, as the examples' make_training), and the step log in
-the words of gpudl's examples (ex_steplog_add): each step's loss and time summed until the
-next report, "step N: loss" every log_interval steps, and the median step time without the
-first three steps (which warm up)."""
+two groups (no decay on biases and norms, as the examples' make_training), their warm-up +
+cosine schedule, and the step log in the words of gpudl's examples (ex_steplog_add): each
+step's loss and time summed until the next report, "step N: loss" every log_interval steps,
+and the median step time without the first three steps (which warm up)."""
+import math
 import statistics
 
 import torch
@@ -15,6 +16,15 @@ def adamw_two_groups(model, c):
     return torch.optim.AdamW([{"params": decay, "weight_decay": c["weight_decay"]},
                               {"params": no_decay, "weight_decay": 0.0}],
                              lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["eps"])
+
+
+def lr_at(t, c):
+    """gdl_warmup_cosine_lr_new(opt, warmup, 1/(warmup+1), steps - warmup, min_lr) at step t: nanoGPT's get_lr."""
+    lr, warmup, min_lr = c["lr"], int(c["warmup"]), c["min_lr"]
+    if t < warmup:
+        s = 1 / (warmup + 1)
+        return lr * (s + (1 - s) * t / warmup)
+    return min_lr + (lr - min_lr) * (1 + math.cos(math.pi * (t - warmup) / (c["steps"] - warmup))) / 2
 
 
 class StepLog:

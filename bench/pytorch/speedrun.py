@@ -29,7 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from fmnist92 import find, idx  # the IDX reader (this folder is on the path when run as a script)
+from fmnist92 import default_data, find, idx  # the IDX reader (this folder is on the path when run as a script)
 from recipes import evaluate  # the flip-averaged test pass
 
 MEAN, STD = 0.2860, 0.3530
@@ -117,8 +117,7 @@ def main():
     ap.add_argument("--lr", type=float, default=0.2)
     ap.add_argument("--train-subset", type=int, default=0)
     ap.add_argument("--test-subset", type=int, default=0)
-    ap.add_argument("--data", default=os.environ.get("GPUDL_DATA") or
-                    ("data" if os.path.isdir("data") else "/usr/share/datasets/fashion-mnist"))
+    ap.add_argument("--data", default=default_data())
     a = ap.parse_args()
     a.widths = [int(w) for w in a.widths.split(",")]
     if len(a.widths) != 3:
