@@ -14,7 +14,6 @@ run with --device cuda --amp bf16 and their tokens/s are compared: --amp puts th
 torch.autocast, f16 with a GradScaler, as char_gpt's --amp. A step's time ends with loss.item(), which waits
 for the GPU, so the times are the GPU's.
 """
-import argparse
 import contextlib
 import json
 import struct
@@ -26,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import flops  # the utilisation line (this folder is on the path when run as a script)
-from seqtrain import StepLog, adamw_two_groups, lr_at
+from seqtrain import StepLog, adamw_two_groups, lr_at, twin_args
 
 
 def autocast(device, amp):
@@ -124,11 +123,7 @@ def evaluate(model, val_x, val_y, amp):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("init", help="char_gpt --save-init's file")
-    ap.add_argument("batches", help="char_gpt --dump-batches's file")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=0, help="stop after N steps (default: all the file holds)")
+    ap = twin_args("char_gpt", __doc__)
     ap.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     ap.add_argument("--amp", choices=["bf16", "f16"], help="mixed precision: autocast to bf16 or f16 (default off)")
     args = ap.parse_args()

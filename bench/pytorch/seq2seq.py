@@ -12,7 +12,6 @@ exact-match and character-accuracy lines.
 
 bench/compare_seq2seq.sh runs both on the CPU and compares them.
 """
-import argparse
 import time
 import warnings
 
@@ -21,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from st_io import read_safetensors
-from seqtrain import StepLog, adamw_two_groups, lr_at
+from seqtrain import StepLog, adamw_two_groups, lr_at, twin_args
 
 PAD, UNK = 0, 1  # gdl's <pad> and <unk>
 
@@ -186,11 +185,7 @@ def figures(model, b, c, width):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("init", help="seq2seq --save-init's file")
-    ap.add_argument("batches", help="seq2seq --dump-batches's file")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=0, help="stop after N steps (default: all the file holds)")
+    ap = twin_args("seq2seq", __doc__)
     ap.add_argument("--float64", action="store_true",
                     help="train in float64 (the rounding noise of float32 training: compare its losses with float32's)")
     args = ap.parse_args()

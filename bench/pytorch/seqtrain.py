@@ -3,10 +3,21 @@ two groups (no decay on biases and norms, as the examples' make_training), their
 cosine schedule, and the step log in the words of gpudl's examples (ex_steplog_add): each
 step's loss and time summed until the next report, "step N: loss" every log_interval steps,
 and the median step time without the first three steps (which warm up)."""
+import argparse
 import math
 import statistics
 
 import torch
+
+
+def twin_args(prog, doc):
+    """The arguments both twins take: prog's --save-init and --dump-batches files, --threads, --steps."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("init", help=f"{prog} --save-init's file")
+    ap.add_argument("batches", help=f"{prog} --dump-batches's file")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=0, help="stop after N steps (default: all the file holds)")
+    return ap
 
 
 def adamw_two_groups(model, c):
