@@ -8023,6 +8023,14 @@ static inline void gdl__gemm_pack_copy(const gdl_real *src, ptrdiff_t lds, int w
     }
 }
 
+#if defined(GDL__GEMM_AVX2) || defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_NEON)
+/* the columns k..kc-1 of the n rows at s (row stride lds) that the transposing tiles left, into dst (row stride W) */
+static inline void gdl__gemm_pack_rest(const float *s, ptrdiff_t lds, int k, int kc, int n, float *dst, int W) {
+    int i;
+    for (; k < kc; k++)
+        for (i = 0; i < n; i++) dst[k * W + i] = s[i * lds + k];
+}
+#endif
 /* dst[k*W + x] = src[x*lds + k] for x < w, 0 for w <= x < W (k < kc). */
 static inline void gdl__gemm_pack_trans(const gdl_real *src, ptrdiff_t lds, int w, int kc, int W,
                                         gdl_real *GDL__RESTRICT dst) {
@@ -8030,8 +8038,7 @@ static inline void gdl__gemm_pack_trans(const gdl_real *src, ptrdiff_t lds, int 
 #if defined(GDL__GEMM_AVX2)
     if (W == 6 && w == 6) { /* a full A micro-panel of the AVX2 kernel */
         for (k = 0; k + 8 <= kc; k += 8) gdl__gemm_tr6x8(src + k, lds, dst + k * 6);
-        for (; k < kc; k++)
-            for (x = 0; x < 6; x++) dst[k * 6 + x] = src[x * lds + k];
+        gdl__gemm_pack_rest(src, lds, k, kc, 6, dst, 6);
         return;
     }
 #endif
@@ -8039,20 +8046,14 @@ static inline void gdl__gemm_pack_trans(const gdl_real *src, ptrdiff_t lds, int 
     for (; x + 8 <= w; x += 8) {
         const float *s = src + x * lds;
         for (k = 0; k + 8 <= kc; k += 8) gdl__gemm_tr8x8(s + k, lds, dst + k * W + x, W);
-        for (; k < kc; k++) {
-            int i;
-            for (i = 0; i < 8; i++) dst[k * W + x + i] = s[i * lds + k];
-        }
+        gdl__gemm_pack_rest(s, lds, k, kc, 8, dst + x, W);
     }
 #endif
 #if defined(GDL__GEMM_AVX2) || defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_NEON)
     for (; x + 4 <= w; x += 4) {
         const float *s = src + x * lds;
         for (k = 0; k + 4 <= kc; k += 4) gdl__gemm_tr4x4(s + k, lds, dst + k * W + x, W);
-        for (; k < kc; k++) {
-            int i;
-            for (i = 0; i < 4; i++) dst[k * W + x + i] = s[i * lds + k];
-        }
+        gdl__gemm_pack_rest(s, lds, k, kc, 4, dst + x, W);
     }
 #endif
     for (; x < w; x++) { /* read row x sequentially, write with stride W */
@@ -24242,17 +24243,14 @@ GPUDL_API gdl_module *gdl_transformer_decoder(gdl_module *decoder_layer, int num
 }
 
 GPUDL_API gdl_transformer_opts gdl_transformer_defaults(void) {
+    gdl_transformer_encoder_layer_opts l = gdl_transformer_encoder_layer_defaults(); /* its layers': one source */
     gdl_transformer_opts o;
     memset(&o, 0, sizeof o);
     o.d_model = 512;
     o.nhead = 8;
-    o.num_encoder_layers = 6;
-    o.num_decoder_layers = 6;
-    o.dim_feedforward = 2048;
-    o.dropout = 0.1;
-    o.activation = GDL_ACT_RELU;
-    o.layer_norm_eps = 1e-5;
-    o.bias = 1;
+    o.num_encoder_layers = o.num_decoder_layers = 6;
+    o.dim_feedforward = l.dim_feedforward, o.dropout = l.dropout, o.activation = l.activation;
+    o.layer_norm_eps = l.layer_norm_eps, o.bias = l.bias;
     return o;
 }
 
@@ -24344,6 +24342,13 @@ typedef struct gdl__tfm_att {
     gdl_tensor *mask, *kpm;
     int causal;
 } gdl__tfm_att;
+static gdl__tfm_att gdl__tfm_att_of(gdl_tensor *mask, gdl_tensor *kpm, int causal) {
+    gdl__tfm_att a;
+    a.mask = mask;
+    a.kpm = kpm;
+    a.causal = causal;
+    return a;
+}
 
 /* one attention of a layer: mha(q, kv, kv) with its masks */
 static gdl_tensor *gdl__tfm_attend(gdl_module *mha, gdl_tensor *q, gdl_tensor *kv, const gdl__tfm_att *a) {
@@ -24489,9 +24494,7 @@ static gdl_tensor *gdl__tfm_encode(const char *op, gdl_module *m, gdl_tensor *sr
     }
     c = lu ? &lu->c : &gdl__tfm_layer_of(su->layers[0])->c;
     if (gdl__tfm_check_x(op, "src", src, c, &unb) < 0) return NULL;
-    sa.mask = mask;
-    sa.kpm = kpm;
-    sa.causal = causal;
+    sa = gdl__tfm_att_of(mask, kpm, causal);
     if (gdl__tfm_check_masks(op, "src_mask", "src_key_padding_mask", &sa, src->shape[unb ? 0 : c->batch_first],
                              src->shape[unb ? 0 : c->batch_first], unb ? 1 : gdl__tfm_batch(src, c), c->nhead, !unb,
                              src->dtype, src->device) < 0)
@@ -24543,12 +24546,8 @@ static gdl_tensor *gdl__tfm_decode(const char *op, gdl_module *m, gdl_tensor *tg
         gdl__set_error("%s: tgt %s and memory %s must agree in batch", op, gdl_shape_str(tgt), gdl_shape_str(memory));
         return NULL;
     }
-    sa.mask = z.tgt_mask;
-    sa.kpm = z.tgt_key_padding_mask;
-    sa.causal = z.tgt_is_causal;
-    ca.mask = z.memory_mask;
-    ca.kpm = z.memory_key_padding_mask;
-    ca.causal = z.memory_is_causal;
+    sa = gdl__tfm_att_of(z.tgt_mask, z.tgt_key_padding_mask, z.tgt_is_causal);
+    ca = gdl__tfm_att_of(z.memory_mask, z.memory_key_padding_mask, z.memory_is_causal);
     if (gdl__tfm_check_masks(op, "tgt_mask", "tgt_key_padding_mask", &sa, T, T, N, c->nhead, !unb, tgt->dtype,
                              tgt->device) < 0 ||
         gdl__tfm_check_masks(op, "memory_mask", "memory_key_padding_mask", &ca, T, S, N, c->nhead, !unb, tgt->dtype,
@@ -24831,25 +24830,27 @@ static gdl_module *gdl__nn_rnn(const char *op, int kind, const char *kind_name, 
     return m;
 }
 
-GPUDL_API gdl_module *gdl_nn_lstm(int64_t input_size, int64_t hidden_size, int num_layers, int bias, int batch_first,
-                                  double dropout, int bidirectional) {
+/* the options of the positional constructors (PyTorch's arguments, in their order) */
+static gdl_rnn_opts gdl__rnn_positional(int num_layers, int bias, int batch_first, double dropout, int bidirectional,
+                                        const char *nonlinearity) {
     gdl_rnn_opts o = gdl_rnn_defaults();
     o.num_layers = num_layers, o.bias = bias, o.batch_first = batch_first, o.dropout = dropout;
-    o.bidirectional = bidirectional;
+    o.bidirectional = bidirectional, o.nonlinearity = nonlinearity;
+    return o;
+}
+GPUDL_API gdl_module *gdl_nn_lstm(int64_t input_size, int64_t hidden_size, int num_layers, int bias, int batch_first,
+                                  double dropout, int bidirectional) {
+    gdl_rnn_opts o = gdl__rnn_positional(num_layers, bias, batch_first, dropout, bidirectional, NULL);
     return gdl__nn_rnn("gdl_nn_lstm", GDL__M_LSTM, "LSTM", 4, input_size, hidden_size, &o);
 }
 GPUDL_API gdl_module *gdl_nn_gru(int64_t input_size, int64_t hidden_size, int num_layers, int bias, int batch_first,
                                  double dropout, int bidirectional) {
-    gdl_rnn_opts o = gdl_rnn_defaults();
-    o.num_layers = num_layers, o.bias = bias, o.batch_first = batch_first, o.dropout = dropout;
-    o.bidirectional = bidirectional;
+    gdl_rnn_opts o = gdl__rnn_positional(num_layers, bias, batch_first, dropout, bidirectional, NULL);
     return gdl__nn_rnn("gdl_nn_gru", GDL__M_GRU, "GRU", 3, input_size, hidden_size, &o);
 }
 GPUDL_API gdl_module *gdl_nn_rnn(int64_t input_size, int64_t hidden_size, int num_layers, const char *nonlinearity,
                                  int bias, int batch_first, double dropout, int bidirectional) {
-    gdl_rnn_opts o = gdl_rnn_defaults();
-    o.num_layers = num_layers, o.bias = bias, o.batch_first = batch_first, o.dropout = dropout;
-    o.bidirectional = bidirectional, o.nonlinearity = nonlinearity;
+    gdl_rnn_opts o = gdl__rnn_positional(num_layers, bias, batch_first, dropout, bidirectional, nonlinearity);
     return gdl__nn_rnn("gdl_nn_rnn", GDL__M_RNN, "RNN", 1, input_size, hidden_size, &o);
 }
 

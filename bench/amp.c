@@ -27,14 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static gdl_module *mlp(void) {
-    gdl_module *l[4];
-    l[0] = gdl_nn_flatten(1);
-    l[1] = gdl_nn_linear(784, 128, 1);
-    l[2] = gdl_nn_relu();
-    l[3] = gdl_nn_linear(128, 10, 1);
-    return gdl_nn_sequential(4, l);
-}
 
 /* examples/cnn.c's net on 1x28x28 */
 static gdl_module *cnn(void) { return ex_cnn_net(1, 28, 0); }
@@ -112,6 +104,16 @@ static int setup(gdl_module *(*make)(void), gdl_device dev, int masters, gdl_mod
     return 0;
 }
 
+/* frees what setup made and resets the arena; 0 */
+static int teardown(gdl_module *m, gdl_optimizer *opt, gdl_tensor *x, gdl_tensor *y) {
+    gdl_optim_free(opt);
+    gdl_module_free(m);
+    gdl_free(x);
+    gdl_free(y);
+    gdl_arena_reset();
+    return 0;
+}
+
 static int step_figures(const char *name, gdl_module *(*make)(void), gdl_device dev, gdl_dtype dt) {
     gdl_tensor *x, *y, *loss;
     gdl_module *m;
@@ -150,12 +152,7 @@ static int step_figures(const char *name, gdl_module *(*make)(void), gdl_device 
            dt == GDL_F32 ? "f32" : gdl_dtype_name(dt), (double)arena / 1024, (double)act / 1024, (double)pc / 1024,
            act ? 100.0 * (double)low / (double)act : 0, (double)step_arena / 1024, (double)dev_peak / 1024, 1e3 * t[10]);
     printf("%-10s | %s\n", "", gdl_flops_line(flops, t[10], dev, dt));
-    gdl_optim_free(opt);
-    gdl_module_free(m);
-    gdl_free(x);
-    gdl_free(y);
-    gdl_arena_reset();
-    return 0;
+    return teardown(m, opt, x, y);
 }
 
 /* mode 0: f32, 1: f32 under bf16 autocast, 2: bf16 parameters + f32 masters under bf16 autocast */
@@ -201,12 +198,7 @@ static int mw_figures(const char *name, gdl_module *(*make)(void), gdl_device de
     printf("%-4s %-7s | %9.1f | %9.1f | %9.1f | %9.1f | %9.1f | %10.1f | %8.3f\n", name, runs[mode],
            (double)pb / 1024, (double)gb / 1024, (double)mb / 1024, (double)sb / 1024,
            (double)(pb + gb + mb + sb) / 1024, (double)pc / 1024, 1e3 * t[10]);
-    gdl_optim_free(opt);
-    gdl_module_free(m);
-    gdl_free(x);
-    gdl_free(y);
-    gdl_arena_reset();
-    return 0;
+    return teardown(m, opt, x, y);
 }
 
 /* gdl_step alone on one parameter of 2^20 elements (its gradient made once): median of 21 */
@@ -249,7 +241,7 @@ int main(int argc, char **argv) {
     if (argc > 3 && !strcmp(argv[3], "mw")) {
         printf("net  run     | param KiB | grad KiB  | master KiB| state KiB | total KiB | param cast | step ms (median of 21)\n");
         for (k = 0; k < 6; k++)
-            if (mw_figures(k < 3 ? "mlp" : "cnn", k < 3 ? mlp : cnn, dev, k % 3) < 0) {
+            if (mw_figures(k < 3 ? "mlp" : "cnn", k < 3 ? ex_mlp_net : cnn, dev, k % 3) < 0) {
                 fprintf(stderr, "bench_amp: %s\n", gdl_last_error());
                 return 1;
             }
@@ -262,7 +254,7 @@ int main(int argc, char **argv) {
     }
     printf("net  dtype | arena KiB  | tape KiB   | param cast | low    | step arena | dev peak   | step ms (median of 21)\n");
     for (k = 0; k < 9; k++)
-        if (step_figures(k < 3 ? "mlp" : k < 6 ? "cnn" : "cnnb", k < 3 ? mlp : k < 6 ? cnn : cnnb, dev, dts[k % 3]) < 0) {
+        if (step_figures(k < 3 ? "mlp" : k < 6 ? "cnn" : "cnnb", k < 3 ? ex_mlp_net : k < 6 ? cnn : cnnb, dev, dts[k % 3]) < 0) {
             fprintf(stderr, "bench_amp: %s\n", gdl_last_error());
             return 1;
         }
@@ -289,7 +281,7 @@ int main(int argc, char **argv) {
             lo.shuffle = 0;
             lo.batch_size = 1000;
             vl = gdl_loader_new(te, &lo);
-            m = mlp();
+            m = ex_mlp_net();
             if (!h || !tl || !vl || !m || gdl_module_to(m, dev) < 0 || !(opt = gdl_adam_new(1e-3, 0.9, 0.999, 1e-8, 0)) ||
                 gdl_optim_add_module(opt, m, 0) < 0) {
                 fprintf(stderr, "bench_amp: %s\n", gdl_last_error());

@@ -120,13 +120,7 @@ int main(int argc, char **argv) {
     failed = 0;
 fail:
     if (failed) fprintf(stderr, "fmnist92: %s\n", gdl_last_error());
-    gdl_scheduler_free(sched);
-    gdl_optim_free(opt);
-    gdl_module_free(model);
-    gdl_loader_free(tl);
-    gdl_loader_free(vl);
-    gdl_dataset_free(train);
-    gdl_dataset_free(test);
+    ex_free_training(sched, opt, model, tl, vl, train, test);
     gdl_shutdown();
     return failed || reached < 0;
 }

@@ -443,8 +443,9 @@ static int report(run *r, int step, int rows, double train_sum, double seconds) 
 static int train(run *r) {
     const opts *o = r->o;
     int64_t bt = (int64_t)r->B * r->c->block_size;
-    double loss, sum = 0, secs = 0, t0, flops = 0, med; /* flops: the training steps' (gdl_flops_count) */
-    int step, rows = 0;
+    double loss, t0, flops = 0, med; /* flops: the training steps' (gdl_flops_count) */
+    ex_steplog log = {0, 0, 0};
+    int step, due;
     gdl_tensor *x, *y;
     if (report(r, 0, 0, 0, 0) < 0) return -1;
     for (step = 1; step <= o->steps; step++) {
@@ -458,22 +459,11 @@ static int train(run *r) {
             return -1;
         r->times[step - 1] = gdl_now() - t0;
         flops += (double)gdl_flops_count(NULL, NULL);
-        if (loss != loss) {
-            fprintf(stderr, "char_gpt: the loss is NaN at step %d (diverged: try a smaller --lr)\n", step);
-            return -1;
-        }
-        secs += r->times[step - 1];
-        sum += loss;
-        rows++;
-        if (step % o->log_interval == 0) printf("step %d: loss %.6f\n", step, loss);
-        if (step % o->eval_interval == 0 || step == o->steps) {
-            if (report(r, step, rows, sum, secs) < 0) return -1;
-            sum = secs = 0;
-            rows = 0;
-        }
+        due = ex_steplog_add(&log, "char_gpt", step, o->steps, loss, r->times[step - 1], o->log_interval, o->eval_interval);
+        if (due < 0 || (due && report(r, step, log.rows, log.sum, log.secs) < 0)) return -1;
+        if (due) memset(&log, 0, sizeof log);
     }
-    med = ex_median(r->times, o->steps, 3);
-    printf("median step time %.2f ms (steps %d to %d)\n", 1e3 * med, o->steps > 3 ? 4 : 1, o->steps);
+    med = ex_print_median_step(r->times, o->steps);
     if (r->np > 0) ex_print_flops(flops, med * o->steps, o->steps, r->params[0]->device, r->amp); /* at the median */
     return 0;
 }
@@ -512,13 +502,12 @@ static int make_training(run *r) {
     if (!(r->opt = gdl_adamw_new(o->lr, 0.9, 0.99, 1e-8, o->weight_decay)) ||
         gdl_optim_add_module(r->opt, r->model, 1) < 0 ||
         !(r->sched = gdl_warmup_cosine_lr_new(r->opt, o->warmup, 1.0 / (o->warmup + 1), o->steps - o->warmup, o->min_lr)) ||
-        (r->np = gdl_module_named_tensors(r->model, GDL_PARAMS, NULL, NULL, 0)) < 0)
+        !(r->params = ex_param_list("char_gpt", r->model, &r->np)))
         return -1;
     if (r->amp == GDL_F16) {
         gdl_grad_scaler_opts so = gdl_grad_scaler_defaults();
         if (!(r->scaler = gdl_grad_scaler_new(&so))) return -1;
     }
-    r->params = (gdl_tensor **)malloc(sizeof *r->params * (size_t)r->np);
     r->times = (double *)malloc(sizeof *r->times * (size_t)o->steps);
     if (o->dump) {
         r->d.train_x = (int32_t *)malloc(sizeof(int32_t) * bt * (size_t)o->steps);
@@ -526,11 +515,11 @@ static int make_training(run *r) {
         r->d.val_x = (int32_t *)malloc(sizeof(int32_t) * bt * (size_t)o->eval_batches);
         r->d.val_y = (int32_t *)malloc(sizeof(int32_t) * bt * (size_t)o->eval_batches);
     }
-    if (!r->params || !r->times || (o->dump && (!r->d.train_x || !r->d.train_y || !r->d.val_x || !r->d.val_y))) {
+    if (!r->times || (o->dump && (!r->d.train_x || !r->d.train_y || !r->d.val_x || !r->d.val_y))) {
         fprintf(stderr, "char_gpt: out of memory\n");
         return -1;
     }
-    return gdl_module_named_tensors(r->model, GDL_PARAMS, NULL, r->params, r->np) == r->np ? 0 : -1;
+    return 0;
 }
 
 static void run_free(run *r) {

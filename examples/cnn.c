@@ -102,12 +102,7 @@ int main(int argc, char **argv) {
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "cnn: %s\n", gdl_last_error());
-    gdl_optim_free(opt);
-    gdl_module_free(model);
-    gdl_loader_free(tl);
-    gdl_loader_free(vl);
-    gdl_dataset_free(train);
-    gdl_dataset_free(test);
+    ex_free_training(NULL, opt, model, tl, vl, train, test);
     free(hist);
     gdl_shutdown();
     return rc;

@@ -199,6 +199,63 @@ static inline double ex_median(double *t, int n, int from) {
     return (n - from) % 2 ? t[from + (n - from) / 2] : (t[from + (n - from) / 2 - 1] + t[from + (n - from) / 2]) / 2;
 }
 
+/* Frees what an image-classification example trains with (any of them may be NULL: made or not). */
+static inline void ex_free_training(gdl_scheduler *sched, gdl_optimizer *opt, gdl_module *model, gdl_loader *tl,
+                                    gdl_loader *vl, gdl_dataset *train, gdl_dataset *test) { /* inline: no warning where unused */
+    gdl_scheduler_free(sched);
+    gdl_optim_free(opt);
+    gdl_module_free(model);
+    gdl_loader_free(tl);
+    gdl_loader_free(vl);
+    gdl_dataset_free(train);
+    gdl_dataset_free(test);
+}
+
+/* The parameters of m (gdl_module_named_tensors' order) in a new array for clipping, their count in *np.
+   NULL after printing "prog: out of memory", or on gdl's error. */
+static inline gdl_tensor **ex_param_list(const char *prog, gdl_module *m, int *np) { /* inline: no warning where unused */
+    gdl_tensor **ps;
+    if ((*np = gdl_module_named_tensors(m, GDL_PARAMS, NULL, NULL, 0)) < 0) return NULL;
+    if (!(ps = (gdl_tensor **)malloc(sizeof *ps * (size_t)(*np > 0 ? *np : 1)))) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        return NULL;
+    }
+    if (gdl_module_named_tensors(m, GDL_PARAMS, NULL, ps, *np) != *np) {
+        free(ps);
+        return NULL;
+    }
+    return ps;
+}
+
+/* The sequence examples' step log: each step's loss and time summed until the next report. */
+typedef struct {
+    double sum, secs; /* the losses and step times since the last report */
+    int rows;         /* the steps since the last report */
+} ex_steplog;
+
+/* One training step's loss and time into l, "step N: loss" printed every log_interval steps. -1 after an
+   error naming prog when the loss is NaN (the run diverged); 1 when a report is due (every eval_interval
+   steps and at the last of steps: the caller reports l's sums, then zeroes l); else 0. */
+static inline int ex_steplog_add(ex_steplog *l, const char *prog, int step, int steps, double loss, double secs,
+                                 int log_interval, int eval_interval) { /* inline: no warning where unused */
+    if (loss != loss) {
+        fprintf(stderr, "%s: the loss is NaN at step %d (diverged: try a smaller --lr)\n", prog, step);
+        return -1;
+    }
+    l->sum += loss;
+    l->secs += secs;
+    l->rows++;
+    if (step % log_interval == 0) printf("step %d: loss %.6f\n", step, loss);
+    return step % eval_interval == 0 || step == steps;
+}
+
+/* "median step time" of the steps' times t (without the first three, which warm up), printed; the median. */
+static inline double ex_print_median_step(double *t, int steps) { /* inline: no warning where unused */
+    double med = ex_median(t, steps, 3);
+    printf("median step time %.2f ms (steps %d to %d)\n", 1e3 * med, steps > 3 ? 4 : 1, steps);
+    return med;
+}
+
 /* name inside a->out_dir (name as it is without one, or when it is absolute): a path kept in a. NULL when
    name is NULL, the path is too long or a has no room left (then a message was printed). */
 static const char *ex_out_path(ex_args *a, const char *name) {

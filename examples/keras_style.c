@@ -93,16 +93,10 @@ int main(int argc, char **argv) {
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "keras_style: %s\n", gdl_last_error());
-    gdl_scheduler_free(sched);
-    gdl_optim_free(opt);
-    gdl_module_free(model);
-    gdl_loader_free(tl);
-    gdl_loader_free(vl);
+    ex_free_training(sched, opt, model, tl, vl, train, test);
     gdl_loader_free(el);
     gdl_dataset_free(all);
-    gdl_dataset_free(train);
     gdl_dataset_free(val);
-    gdl_dataset_free(test);
     free(hist);
     gdl_shutdown();
     return rc;

@@ -78,7 +78,6 @@ int main(int argc, char **argv) {
             goto fail;
     } else {
         gdl_loader_opts lo = gdl_loader_defaults();
-        gdl_module *layers[4];
         lo.batch_size = a.batch_size;
         lo.shuffle = 1;
         lo.num_workers = 1;
@@ -88,11 +87,7 @@ int main(int argc, char **argv) {
         lo.shuffle = 0;
         lo.batch_size = 1000;
         if (!(test_loader = gdl_loader_new(test, &lo))) goto fail;
-        layers[0] = gdl_nn_flatten(1);
-        layers[1] = gdl_nn_linear(784, 128, 1);
-        layers[2] = gdl_nn_relu();
-        layers[3] = gdl_nn_linear(128, 10, 1);
-        if (!(model = gdl_nn_sequential(4, layers))) goto fail;
+        if (!(model = ex_mlp_net())) goto fail;
     }
     if (gdl_module_to(model, dev) < 0) goto fail;
     if (r) { /* AdamW + no decay on biases and norm weights, the schedule, the EMA; the loss smoothed */
@@ -165,13 +160,7 @@ fail:
     if (rc) fprintf(stderr, "mnist_mlp: %s\n", gdl_last_error());
     if (csv) fclose(csv);
     gdl_ema_free(ema);
-    gdl_scheduler_free(sched);
-    gdl_optim_free(opt);
-    gdl_module_free(model);
-    gdl_loader_free(train_loader);
-    gdl_loader_free(test_loader);
-    gdl_dataset_free(train);
-    gdl_dataset_free(test);
+    ex_free_training(sched, opt, model, train_loader, test_loader, train, test);
     gdl_shutdown();
     return rc;
 }

@@ -101,13 +101,8 @@ int main(int argc, char **argv) {
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "model_parallel: %s\n", gdl_last_error());
-    gdl_optim_free(opt);
-    gdl_module_free(first);
+    ex_free_training(NULL, opt, first, loader, test_loader, train, test);
     gdl_module_free(second);
-    gdl_loader_free(loader);
-    gdl_loader_free(test_loader);
-    gdl_dataset_free(train);
-    gdl_dataset_free(test);
     gdl_shutdown();
     return rc;
 }

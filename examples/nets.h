@@ -1,4 +1,6 @@
-/* nets.h — the conv nets that the examples and the benchmarks both train, defined once:
+/* nets.h — the nets that the examples and the benchmarks both train, defined once:
+     ex_mlp_net      examples/mnist_mlp.c's net (also bench/amp.c's "mlp"): flatten, linear 784-128,
+                     ReLU, linear 128-10
      ex_cnn_net      examples/cnn.c's net (also bench/train.c's and bench/amp.c's "cnn"): two
                      conv3x3-ReLU-maxpool blocks (32, 64 channels), flatten, linear 128, ReLU,
                      dropout (when given), linear 10
@@ -7,6 +9,16 @@
    Not part of gpudl's API: a helper of the programs. inline: no warning where unused. */
 #ifndef GPUDL_EXAMPLE_NETS_H
 #define GPUDL_EXAMPLE_NETS_H
+
+/* on 1x28x28 inputs. NULL on error (gdl_last_error says why). */
+static inline gdl_module *ex_mlp_net(void) {
+    gdl_module *l[4];
+    l[0] = gdl_nn_flatten(1);
+    l[1] = gdl_nn_linear(784, 128, 1);
+    l[2] = gdl_nn_relu();
+    l[3] = gdl_nn_linear(128, 10, 1);
+    return gdl_nn_sequential(4, l);
+}
 
 /* on channels x side x side inputs (side a multiple of 4); dropout 0: no Dropout layer. NULL on error
    (gdl_last_error says why). */

@@ -76,12 +76,7 @@ int main(int argc, char **argv) {
 fail:
     if (rc) fprintf(stderr, "onnx_export: %s\n", gdl_last_error());
     gdl_free(zero);
-    gdl_optim_free(opt);
-    gdl_module_free(model);
-    gdl_loader_free(train_loader);
-    gdl_loader_free(test_loader);
-    gdl_dataset_free(train);
-    gdl_dataset_free(test);
+    ex_free_training(NULL, opt, model, train_loader, test_loader, train, test);
     gdl_shutdown();
     return rc;
 }

@@ -27,6 +27,7 @@
 
 #include <string.h>
 
+#include "example_args.h"
 #include "nets.h"
 
 typedef struct ex_recipe {
@@ -182,13 +183,7 @@ static inline int ex_recipe_setup(const ex_recipe *r, const ex_args *a, double e
 
 static inline void ex_recipe_free(ex_run *run) {
     gdl_ema_free(run->ema);
-    gdl_scheduler_free(run->sched);
-    gdl_optim_free(run->opt);
-    gdl_module_free(run->model);
-    gdl_loader_free(run->tl);
-    gdl_loader_free(run->vl);
-    gdl_dataset_free(run->train);
-    gdl_dataset_free(run->test);
+    ex_free_training(run->sched, run->opt, run->model, run->tl, run->vl, run->train, run->test);
     memset(run, 0, sizeof *run);
 }
 

@@ -864,8 +864,9 @@ static int train_step(run *r, double *loss_out) {
 static int train(run *r, uint64_t seed) {
     const opts *o = r->o;
     size_t bs = (size_t)r->B * (size_t)r->d->S, bt = (size_t)r->B * (size_t)r->d->T;
-    double loss, sum = 0, secs = 0, t0;
-    int step, rows = 0;
+    double loss, t0;
+    ex_steplog log = {0, 0, 0};
+    int step, due;
     if (report(r, 0, 0, 0, 0) < 0) return -1;
     for (step = 1; step <= o->steps; step++) {
         make_batch(r, seed, step - 1);
@@ -877,22 +878,11 @@ static int train(run *r, uint64_t seed) {
         t0 = gdl_now();
         if (train_step(r, &loss) < 0) return -1;
         r->times[step - 1] = gdl_now() - t0;
-        if (loss != loss) {
-            fprintf(stderr, "seq2seq: the loss is NaN at step %d (diverged: try a smaller --lr)\n", step);
-            return -1;
-        }
-        secs += r->times[step - 1];
-        sum += loss;
-        rows++;
-        if (step % o->log_interval == 0) printf("step %d: loss %.6f\n", step, loss);
-        if (step % o->eval_interval == 0 || step == o->steps) {
-            if (report(r, step, rows, sum, secs) < 0) return -1;
-            sum = secs = 0;
-            rows = 0;
-        }
+        due = ex_steplog_add(&log, "seq2seq", step, o->steps, loss, r->times[step - 1], o->log_interval, o->eval_interval);
+        if (due < 0 || (due && report(r, step, log.rows, log.sum, log.secs) < 0)) return -1;
+        if (due) memset(&log, 0, sizeof log);
     }
-    printf("median step time %.2f ms (steps %d to %d)\n", 1e3 * ex_median(r->times, o->steps, 3), o->steps > 3 ? 4 : 1,
-           o->steps);
+    ex_print_median_step(r->times, o->steps);
     return 0;
 }
 
@@ -930,9 +920,8 @@ static int make_training(run *r) {
     size_t bs = (size_t)r->B * (size_t)r->d->S, bt = (size_t)r->B * (size_t)r->d->T;
     if (!(r->opt = gdl_adamw_new(o->lr, 0.9, 0.98, 1e-9, o->weight_decay)) || gdl_optim_add_module(r->opt, r->model, 1) < 0 ||
         !(r->sched = gdl_warmup_cosine_lr_new(r->opt, o->warmup, 1.0 / (o->warmup + 1), o->steps - o->warmup, o->min_lr)) ||
-        (r->np = gdl_module_named_tensors(r->model, GDL_PARAMS, NULL, NULL, 0)) < 0)
+        !(r->params = ex_param_list("seq2seq", r->model, &r->np)))
         return -1;
-    r->params = (gdl_tensor **)malloc(sizeof *r->params * (size_t)r->np);
     r->times = (double *)malloc(sizeof *r->times * (size_t)o->steps);
     r->perm = (int64_t *)malloc(sizeof *r->perm * (size_t)r->d->n_train);
     r->bsrc = (int32_t *)malloc(sizeof(int32_t) * bs);
@@ -943,12 +932,12 @@ static int make_training(run *r) {
         r->dump_in = (int32_t *)malloc(sizeof(int32_t) * bt * (size_t)o->steps);
         r->dump_out = (int32_t *)malloc(sizeof(int32_t) * bt * (size_t)o->steps);
     }
-    if (!r->params || !r->times || !r->perm || !r->bsrc || !r->bin || !r->bout ||
+    if (!r->times || !r->perm || !r->bsrc || !r->bin || !r->bout ||
         (o->dump && (!r->dump_src || !r->dump_in || !r->dump_out))) {
         fprintf(stderr, "seq2seq: out of memory\n");
         return -1;
     }
-    return gdl_module_named_tensors(r->model, GDL_PARAMS, NULL, r->params, r->np) == r->np ? 0 : -1;
+    return 0;
 }
 
 static void run_free(run *r) {

@@ -227,13 +227,7 @@ static int sr_run(const sr_opts *o, const ex_args *a, uint64_t seed, double *acc
     rc = 0;
 done:
     gdl_ema_free(ema);
-    gdl_scheduler_free(sched);
-    gdl_optim_free(opt);
-    gdl_module_free(model);
-    gdl_loader_free(tl);
-    gdl_loader_free(vl);
-    gdl_dataset_free(train);
-    gdl_dataset_free(test);
+    ex_free_training(sched, opt, model, tl, vl, train, test);
     return rc;
 }
 

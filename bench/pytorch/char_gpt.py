@@ -14,11 +14,8 @@ run with --device cuda --amp bf16 and their tokens/s are compared: --amp puts th
 torch.autocast, f16 with a GradScaler, as char_gpt's --amp. A step's time ends with loss.item(), which waits
 for the GPU, so the times are the GPU's.
 """
-import argparse
 import contextlib
 import json
-import math
-import statistics
 import struct
 import time
 
@@ -28,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import flops  # the utilisation line (this folder is on the path when run as a script)
+from seqtrain import StepLog, adamw_two_groups, lr_at, twin_args
 
 
 def autocast(device, amp):
@@ -115,15 +113,6 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
 
-def lr_at(t, c):
-    """gdl_warmup_cosine_lr_new(opt, warmup, 1/(warmup+1), steps - warmup, min_lr) at step t: nanoGPT's get_lr."""
-    lr, warmup, min_lr = c["lr"], int(c["warmup"]), c["min_lr"]
-    if t < warmup:
-        s = 1 / (warmup + 1)
-        return lr * (s + (1 - s) * t / warmup)
-    return min_lr + (lr - min_lr) * (1 + math.cos(math.pi * (t - warmup) / (c["steps"] - warmup))) / 2
-
-
 def evaluate(model, val_x, val_y, amp):
     model.eval()
     dev = next(model.parameters()).device
@@ -134,11 +123,7 @@ def evaluate(model, val_x, val_y, amp):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("init", help="char_gpt --save-init's file")
-    ap.add_argument("batches", help="char_gpt --dump-batches's file")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=0, help="stop after N steps (default: all the file holds)")
+    ap = twin_args("char_gpt", __doc__)
     ap.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     ap.add_argument("--amp", choices=["bf16", "f16"], help="mixed precision: autocast to bf16 or f16 (default off)")
     args = ap.parse_args()
@@ -154,18 +139,14 @@ def main():
     model.load_state_dict(weights, strict=True)
     model.to(dev)
     scaler = torch.amp.GradScaler(dev.type) if args.amp == "f16" else None
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": c["weight_decay"]},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["eps"])
+    opt = adamw_two_groups(model, c)
     steps = min(args.steps or c["steps"], c["steps"])
     print(f"char_gpt.py (torch {torch.__version__}, {args.threads} threads): {c['n_layer']} layers, {c['n_head']} heads, "
           f"width {c['n_embd']}, context {c['block_size']}, batch {int(c['batch_size'])}, "
           f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, dropout {c['dropout']:g}, "
           f"{dev}{', autocast to ' + args.amp if args.amp else ''}")
     print(f"eval 0: val {evaluate(model, b['val.x'], b['val.y'], args.amp):.6f}")
-    times, total, secs, rows = [], 0.0, 0.0, 0
+    log = StepLog(steps, c["log_interval"], c["eval_interval"])
     for step in range(1, steps + 1):
         # on the device before the step's clock starts, as char_gpt's loader hands its batch over
         x, y = b["train.x"][step - 1].to(dev).long(), b["train.y"][step - 1].to(dev).long()
@@ -191,20 +172,12 @@ def main():
         else:
             opt.step()
         value = loss.item()
-        times.append(time.perf_counter() - t0)
-        secs += times[-1]
-        total += value
-        rows += 1
-        if step % c["log_interval"] == 0:
-            print(f"step {step}: loss {value:.6f}")
-        if step % c["eval_interval"] == 0 or step == steps:
+        if log.add(step, value, time.perf_counter() - t0):
             val = evaluate(model, b["val.x"], b["val.y"], args.amp)
-            print(f"eval {step}: train {total / rows:.6f} val {val:.6f} lr {lr_at(step, c):.2e}, {secs:.1f} s, "
-                  f"{rows * x.numel() / secs:.0f} tokens/s")
-            total, secs, rows = 0.0, 0.0, 0
-    first = 3 if steps > 3 else 0
-    med = statistics.median(times[first:])
-    print(f"median step time {1e3 * med:.2f} ms (steps {first + 1} to {steps})")
+            print(f"eval {step}: train {log.total / log.rows:.6f} val {val:.6f} lr {lr_at(step, c):.2e}, "
+                  f"{log.secs:.1f} s, {log.rows * x.numel() / log.secs:.0f} tokens/s")
+            log.reset()
+    med = log.median()
     print("utilisation: " + flops.line(step_flops, med))
 
 

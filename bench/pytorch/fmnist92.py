@@ -40,7 +40,12 @@ def find(d, base):
     for p in (os.path.join(d, base), os.path.join(d, base + ".gz")):
         if os.path.exists(p):
             return p
-    raise SystemExit("fmnist92.py: %s(.gz) not found in %s" % (base, d))
+    raise SystemExit("%s: %s(.gz) not found in %s" % (os.path.basename(sys.argv[0]), base, d))
+
+
+def default_data():
+    """--data's default: $GPUDL_DATA, else ./data when it exists, else Debian's dataset-fashion-mnist."""
+    return os.environ.get("GPUDL_DATA") or ("data" if os.path.isdir("data") else "/usr/share/datasets/fashion-mnist")
 
 
 def main():
@@ -52,8 +57,7 @@ def main():
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--target", type=float, default=0.92)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--data", default=os.environ.get("GPUDL_DATA") or
-                    ("data" if os.path.isdir("data") else "/usr/share/datasets/fashion-mnist"))
+    ap.add_argument("--data", default=default_data())
     a = ap.parse_args()
     torch.manual_seed(a.seed)
     dev = torch.device(a.device)

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 import flops  # the utilisation line
-from fmnist92 import find, idx  # the IDX reader (this folder is on the path when run as a script)
+from fmnist92 import default_data, find, idx  # the IDX reader (this folder is on the path when run as a script)
 
 T0 = time.perf_counter()
 MEAN, STD = 0.2860, 0.3530
@@ -154,8 +154,7 @@ def main():
     ap.add_argument("--ema-decay", type=float)
     ap.add_argument("--train-subset", type=int, default=0)
     ap.add_argument("--test-subset", type=int, default=0)
-    ap.add_argument("--data", default=os.environ.get("GPUDL_DATA") or
-                    ("data" if os.path.isdir("data") else "/usr/share/datasets/fashion-mnist"))
+    ap.add_argument("--data", default=default_data())
     a = ap.parse_args()
     epochs, sgd, lr, wd, pad, erase_p, smoothing, ema_decay, target = RECIPES[a.net]
     epochs = a.epochs or epochs

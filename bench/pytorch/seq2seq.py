@@ -12,9 +12,6 @@ exact-match and character-accuracy lines.
 
 bench/compare_seq2seq.sh runs both on the CPU and compares them.
 """
-import argparse
-import math
-import statistics
 import time
 import warnings
 
@@ -23,6 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from st_io import read_safetensors
+from seqtrain import StepLog, adamw_two_groups, lr_at, twin_args
 
 PAD, UNK = 0, 1  # gdl's <pad> and <unk>
 
@@ -67,15 +65,6 @@ class Seq2Seq(nn.Module):
         memory, pad = self.encode(src)
         logits = self.decode(tgt_in, memory, pad)
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1), ignore_index=PAD)
-
-
-def lr_at(t, c):
-    """gdl_warmup_cosine_lr_new(opt, warmup, 1/(warmup+1), steps - warmup, min_lr) at step t."""
-    lr, warmup, min_lr = c["lr"], int(c["warmup"]), c["min_lr"]
-    if t < warmup:
-        s = 1 / (warmup + 1)
-        return lr * (s + (1 - s) * t / warmup)
-    return min_lr + (lr - min_lr) * (1 + math.cos(math.pi * (t - warmup) / (c["steps"] - warmup))) / 2
 
 
 def heldout_loss(model, b, c):
@@ -196,11 +185,7 @@ def figures(model, b, c, width):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("init", help="seq2seq --save-init's file")
-    ap.add_argument("batches", help="seq2seq --dump-batches's file")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=0, help="stop after N steps (default: all the file holds)")
+    ap = twin_args("seq2seq", __doc__)
     ap.add_argument("--float64", action="store_true",
                     help="train in float64 (the rounding noise of float32 training: compare its losses with float32's)")
     args = ap.parse_args()
@@ -217,17 +202,13 @@ def main():
     model.load_state_dict(weights, strict=True)
     if args.float64:
         model.double()
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": c["weight_decay"]},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["eps"])
+    opt = adamw_two_groups(model, c)
     steps = min(args.steps or c["steps"], c["steps"])
     print(f"seq2seq.py (torch {torch.__version__}, {args.threads} threads): nn.Transformer width {c['d_model']}, "
           f"{c['nhead']} heads, {c['enc_layers']}+{c['dec_layers']} layers, ff {c['ff']}, batch {c['batch_size']}, "
           f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, dropout {c['dropout']:g}")
     print(f"eval 0: held-out {heldout_loss(model, b, c):.6f}")
-    times, total, secs, rows = [], 0.0, 0.0, 0
+    log = StepLog(steps, c["log_interval"], c["eval_interval"])
     for step in range(1, steps + 1):
         src, tin, tout = (b[k][step - 1].long() for k in ("train.src", "train.tgt_in", "train.tgt_out"))
         t0 = time.perf_counter()
@@ -239,19 +220,11 @@ def main():
         if c["grad_clip"] > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), c["grad_clip"])
         opt.step()
-        value = loss.item()
-        times.append(time.perf_counter() - t0)
-        secs += times[-1]
-        total += value
-        rows += 1
-        if step % c["log_interval"] == 0:
-            print(f"step {step}: loss {value:.6f}")
-        if step % c["eval_interval"] == 0 or step == steps:
-            print(f"eval {step}: train {total / rows:.6f} held-out {heldout_loss(model, b, c):.6f} "
-                  f"lr {lr_at(step, c):.2e}, {secs:.1f} s, {rows * c['batch_size'] / secs:.0f} pairs/s")
-            total, secs, rows = 0.0, 0.0, 0
-    first = 3 if steps > 3 else 0
-    print(f"median step time {1e3 * statistics.median(times[first:]):.2f} ms (steps {first + 1} to {steps})")
+        if log.add(step, loss.item(), time.perf_counter() - t0):
+            print(f"eval {step}: train {log.total / log.rows:.6f} held-out {heldout_loss(model, b, c):.6f} "
+                  f"lr {lr_at(step, c):.2e}, {log.secs:.1f} s, {log.rows * c['batch_size'] / log.secs:.0f} pairs/s")
+            log.reset()
+    log.median()
     for width in [1] + ([c["beam"]] if c["beam"] > 1 else []):
         e, ed, ch, n, s = figures(model, b, c, width)
         print(f"{'greedy' if width == 1 else f'beam {width}'}: exact match {100 * e / n:.2f}% ({e} of {n}), "

@@ -18,7 +18,6 @@ Run: python3 bench/pytorch/speedrun.py [--epochs N] [--batch-size N] [--seed N] 
 Exit status 0 when every seed reached the target, 1 when one did not.
 """
 import argparse
-import gzip
 import math
 import os
 import sys
@@ -30,22 +29,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
+from fmnist92 import default_data, find, idx  # the IDX reader (this folder is on the path when run as a script)
+from recipes import evaluate  # the flip-averaged test pass
+
 MEAN, STD = 0.2860, 0.3530
-
-
-def idx(path):
-    with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
-
-
-def find(d, base):
-    for p in (os.path.join(d, base), os.path.join(d, base + ".gz")):
-        if os.path.exists(p):
-            return p
-    raise SystemExit("speedrun.py: %s(.gz) not found in %s" % (base, d))
 
 
 def load(data, prefix, subset):
@@ -116,14 +103,7 @@ def run(a, seed):
             opt.step()
             sched.step()
             ema.update_parameters(m)
-    ema.eval()
-    correct = 0
-    with torch.no_grad():
-        for s in range(0, xte.shape[0], 1000):
-            x = xte[s:s + 1000]
-            out = (ema(x) + ema(x.flip(3))) / 2
-            correct += (out.argmax(1) == yte[s:s + 1000]).sum().item()
-    return 100 * correct / xte.shape[0], time.perf_counter() - t0
+    return evaluate(ema, xte, yte), time.perf_counter() - t0
 
 
 def main():
@@ -137,8 +117,7 @@ def main():
     ap.add_argument("--lr", type=float, default=0.2)
     ap.add_argument("--train-subset", type=int, default=0)
     ap.add_argument("--test-subset", type=int, default=0)
-    ap.add_argument("--data", default=os.environ.get("GPUDL_DATA") or
-                    ("data" if os.path.isdir("data") else "/usr/share/datasets/fashion-mnist"))
+    ap.add_argument("--data", default=default_data())
     a = ap.parse_args()
     a.widths = [int(w) for w in a.widths.split(",")]
     if len(a.widths) != 3:

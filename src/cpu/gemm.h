@@ -586,6 +586,14 @@ static inline void gdl__gemm_pack_copy(const gdl_real *src, ptrdiff_t lds, int w
     }
 }
 
+#if defined(GDL__GEMM_AVX2) || defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_NEON)
+/* the columns k..kc-1 of the n rows at s (row stride lds) that the transposing tiles left, into dst (row stride W) */
+static inline void gdl__gemm_pack_rest(const float *s, ptrdiff_t lds, int k, int kc, int n, float *dst, int W) {
+    int i;
+    for (; k < kc; k++)
+        for (i = 0; i < n; i++) dst[k * W + i] = s[i * lds + k];
+}
+#endif
 /* dst[k*W + x] = src[x*lds + k] for x < w, 0 for w <= x < W (k < kc). */
 static inline void gdl__gemm_pack_trans(const gdl_real *src, ptrdiff_t lds, int w, int kc, int W,
                                         gdl_real *GDL__RESTRICT dst) {
@@ -593,8 +601,7 @@ static inline void gdl__gemm_pack_trans(const gdl_real *src, ptrdiff_t lds, int 
 #if defined(GDL__GEMM_AVX2)
     if (W == 6 && w == 6) { /* a full A micro-panel of the AVX2 kernel */
         for (k = 0; k + 8 <= kc; k += 8) gdl__gemm_tr6x8(src + k, lds, dst + k * 6);
-        for (; k < kc; k++)
-            for (x = 0; x < 6; x++) dst[k * 6 + x] = src[x * lds + k];
+        gdl__gemm_pack_rest(src, lds, k, kc, 6, dst, 6);
         return;
     }
 #endif
@@ -602,20 +609,14 @@ static inline void gdl__gemm_pack_trans(const gdl_real *src, ptrdiff_t lds, int 
     for (; x + 8 <= w; x += 8) {
         const float *s = src + x * lds;
         for (k = 0; k + 8 <= kc; k += 8) gdl__gemm_tr8x8(s + k, lds, dst + k * W + x, W);
-        for (; k < kc; k++) {
-            int i;
-            for (i = 0; i < 8; i++) dst[k * W + x + i] = s[i * lds + k];
-        }
+        gdl__gemm_pack_rest(s, lds, k, kc, 8, dst + x, W);
     }
 #endif
 #if defined(GDL__GEMM_AVX2) || defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_NEON)
     for (; x + 4 <= w; x += 4) {
         const float *s = src + x * lds;
         for (k = 0; k + 4 <= kc; k += 4) gdl__gemm_tr4x4(s + k, lds, dst + k * W + x, W);
-        for (; k < kc; k++) {
-            int i;
-            for (i = 0; i < 4; i++) dst[k * W + x + i] = s[i * lds + k];
-        }
+        gdl__gemm_pack_rest(s, lds, k, kc, 4, dst + x, W);
     }
 #endif
     for (; x < w; x++) { /* read row x sequentially, write with stride W */

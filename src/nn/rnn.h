@@ -85,25 +85,27 @@ static gdl_module *gdl__nn_rnn(const char *op, int kind, const char *kind_name, 
     return m;
 }
 
-GPUDL_API gdl_module *gdl_nn_lstm(int64_t input_size, int64_t hidden_size, int num_layers, int bias, int batch_first,
-                                  double dropout, int bidirectional) {
+/* the options of the positional constructors (PyTorch's arguments, in their order) */
+static gdl_rnn_opts gdl__rnn_positional(int num_layers, int bias, int batch_first, double dropout, int bidirectional,
+                                        const char *nonlinearity) {
     gdl_rnn_opts o = gdl_rnn_defaults();
     o.num_layers = num_layers, o.bias = bias, o.batch_first = batch_first, o.dropout = dropout;
-    o.bidirectional = bidirectional;
+    o.bidirectional = bidirectional, o.nonlinearity = nonlinearity;
+    return o;
+}
+GPUDL_API gdl_module *gdl_nn_lstm(int64_t input_size, int64_t hidden_size, int num_layers, int bias, int batch_first,
+                                  double dropout, int bidirectional) {
+    gdl_rnn_opts o = gdl__rnn_positional(num_layers, bias, batch_first, dropout, bidirectional, NULL);
     return gdl__nn_rnn("gdl_nn_lstm", GDL__M_LSTM, "LSTM", 4, input_size, hidden_size, &o);
 }
 GPUDL_API gdl_module *gdl_nn_gru(int64_t input_size, int64_t hidden_size, int num_layers, int bias, int batch_first,
                                  double dropout, int bidirectional) {
-    gdl_rnn_opts o = gdl_rnn_defaults();
-    o.num_layers = num_layers, o.bias = bias, o.batch_first = batch_first, o.dropout = dropout;
-    o.bidirectional = bidirectional;
+    gdl_rnn_opts o = gdl__rnn_positional(num_layers, bias, batch_first, dropout, bidirectional, NULL);
     return gdl__nn_rnn("gdl_nn_gru", GDL__M_GRU, "GRU", 3, input_size, hidden_size, &o);
 }
 GPUDL_API gdl_module *gdl_nn_rnn(int64_t input_size, int64_t hidden_size, int num_layers, const char *nonlinearity,
                                  int bias, int batch_first, double dropout, int bidirectional) {
-    gdl_rnn_opts o = gdl_rnn_defaults();
-    o.num_layers = num_layers, o.bias = bias, o.batch_first = batch_first, o.dropout = dropout;
-    o.bidirectional = bidirectional, o.nonlinearity = nonlinearity;
+    gdl_rnn_opts o = gdl__rnn_positional(num_layers, bias, batch_first, dropout, bidirectional, nonlinearity);
     return gdl__nn_rnn("gdl_nn_rnn", GDL__M_RNN, "RNN", 1, input_size, hidden_size, &o);
 }
 

@@ -288,17 +288,14 @@ GPUDL_API gdl_module *gdl_transformer_decoder(gdl_module *decoder_layer, int num
 }
 
 GPUDL_API gdl_transformer_opts gdl_transformer_defaults(void) {
+    gdl_transformer_encoder_layer_opts l = gdl_transformer_encoder_layer_defaults(); /* its layers': one source */
     gdl_transformer_opts o;
     memset(&o, 0, sizeof o);
     o.d_model = 512;
     o.nhead = 8;
-    o.num_encoder_layers = 6;
-    o.num_decoder_layers = 6;
-    o.dim_feedforward = 2048;
-    o.dropout = 0.1;
-    o.activation = GDL_ACT_RELU;
-    o.layer_norm_eps = 1e-5;
-    o.bias = 1;
+    o.num_encoder_layers = o.num_decoder_layers = 6;
+    o.dim_feedforward = l.dim_feedforward, o.dropout = l.dropout, o.activation = l.activation;
+    o.layer_norm_eps = l.layer_norm_eps, o.bias = l.bias;
     return o;
 }
 
@@ -390,6 +387,13 @@ typedef struct gdl__tfm_att {
     gdl_tensor *mask, *kpm;
     int causal;
 } gdl__tfm_att;
+static gdl__tfm_att gdl__tfm_att_of(gdl_tensor *mask, gdl_tensor *kpm, int causal) {
+    gdl__tfm_att a;
+    a.mask = mask;
+    a.kpm = kpm;
+    a.causal = causal;
+    return a;
+}
 
 /* one attention of a layer: mha(q, kv, kv) with its masks */
 static gdl_tensor *gdl__tfm_attend(gdl_module *mha, gdl_tensor *q, gdl_tensor *kv, const gdl__tfm_att *a) {
@@ -535,9 +539,7 @@ static gdl_tensor *gdl__tfm_encode(const char *op, gdl_module *m, gdl_tensor *sr
     }
     c = lu ? &lu->c : &gdl__tfm_layer_of(su->layers[0])->c;
     if (gdl__tfm_check_x(op, "src", src, c, &unb) < 0) return NULL;
-    sa.mask = mask;
-    sa.kpm = kpm;
-    sa.causal = causal;
+    sa = gdl__tfm_att_of(mask, kpm, causal);
     if (gdl__tfm_check_masks(op, "src_mask", "src_key_padding_mask", &sa, src->shape[unb ? 0 : c->batch_first],
                              src->shape[unb ? 0 : c->batch_first], unb ? 1 : gdl__tfm_batch(src, c), c->nhead, !unb,
                              src->dtype, src->device) < 0)
@@ -589,12 +591,8 @@ static gdl_tensor *gdl__tfm_decode(const char *op, gdl_module *m, gdl_tensor *tg
         gdl__set_error("%s: tgt %s and memory %s must agree in batch", op, gdl_shape_str(tgt), gdl_shape_str(memory));
         return NULL;
     }
-    sa.mask = z.tgt_mask;
-    sa.kpm = z.tgt_key_padding_mask;
-    sa.causal = z.tgt_is_causal;
-    ca.mask = z.memory_mask;
-    ca.kpm = z.memory_key_padding_mask;
-    ca.causal = z.memory_is_causal;
+    sa = gdl__tfm_att_of(z.tgt_mask, z.tgt_key_padding_mask, z.tgt_is_causal);
+    ca = gdl__tfm_att_of(z.memory_mask, z.memory_key_padding_mask, z.memory_is_causal);
     if (gdl__tfm_check_masks(op, "tgt_mask", "tgt_key_padding_mask", &sa, T, T, N, c->nhead, !unb, tgt->dtype,
                              tgt->device) < 0 ||
         gdl__tfm_check_masks(op, "memory_mask", "memory_key_padding_mask", &ca, T, S, N, c->nhead, !unb, tgt->dtype,
