@@ -554,7 +554,7 @@ static gdl_tensor *batch_loss(gdl_module *m, inputs *in, const data *d, const in
 
 /* The log-probabilities [N, V] of the next token after the prefixes ids [N, L] (row stride T), on the host. 0 / -1. */
 static int next_logprobs(gdl_module *m, const data *d, const int32_t *ids, int64_t N, int L, gdl_tensor *mem,
-                         gdl_tensor *pad, gdl_device dev, float *out) {
+                         gdl_tensor *pad, gdl_device dev, gdl_real *out) {
     int32_t *pre = (int32_t *)malloc(sizeof *pre * (size_t)(N * L));
     inputs in = {{NULL}, 0};
     gdl_tensor *lp;
@@ -573,7 +573,7 @@ static int next_logprobs(gdl_module *m, const data *d, const int32_t *ids, int64
    (no pair has a character outside the vocabulary) and <bos> are never chosen. 0 / -1. */
 static int greedy(gdl_module *m, const data *d, const int32_t *src, int64_t N, gdl_device dev, int32_t *hyp) {
     int32_t *ids = (int32_t *)calloc((size_t)(N * d->T), sizeof *ids);
-    float *lp = (float *)malloc(sizeof *lp * (size_t)(N * d->V));
+    gdl_real *lp = (gdl_real *)malloc(sizeof *lp * (size_t)(N * d->V));
     char *done = (char *)calloc((size_t)N, 1);
     inputs in = {{NULL}, 0};
     gdl_tensor *pad = NULL, *mem;
@@ -622,7 +622,7 @@ static int beam(gdl_module *m, const data *d, const int32_t *src, int64_t N, int
     int64_t R = N * K, i, r, nc, left;
     int32_t *rsrc = (int32_t *)malloc(sizeof *rsrc * (size_t)(R * d->S)), *ids = (int32_t *)calloc((size_t)(R * d->T), 4),
             *next = (int32_t *)calloc((size_t)(R * d->T), 4);
-    float *lp = (float *)malloc(sizeof *lp * (size_t)(R * d->V));
+    gdl_real *lp = (gdl_real *)malloc(sizeof *lp * (size_t)(R * d->V));
     double *score = (double *)malloc(sizeof *score * (size_t)R), *fin = (double *)malloc(sizeof *fin * (size_t)N);
     cand *cs = (cand *)malloc(sizeof *cs * (size_t)K * (size_t)d->V);
     char *done = (char *)calloc((size_t)N, 1);
