@@ -100,8 +100,15 @@ resolve() {
     real=$(tr '\n' ' ' < "$src" | grep -o "(\*$name)([^)]*) *= *[A-Za-z_][A-Za-z0-9_]*" | head -1 | sed 's/.*= *//')
     if [ -n "$real" ]; then echo "$real"; return; fi
     fn=$(tr '\n' ' ' < "$src" | grep -o "[A-Za-z_][A-Za-z0-9_]*([^()]*K $name)" | head -1 | sed 's/(.*//')
+    if [ -n "$fn" ]; then
+        grep "$fn *(" "$src" | grep -v "K $name)" | grep -o '[A-Za-z_][A-Za-z0-9_]*' | grep -xF -f "$names" | sort -u
+        return
+    fi
+    # a kernel passed as a function-pointer parameter ("FN(void (*NAME)(...), ...)"): the kernels
+    # named in FN's calls
+    fn=$(tr '\n' ' ' < "$src" | grep -o "[A-Za-z_][A-Za-z0-9_]*(void (\*$name)" | head -1 | sed 's/(.*//')
     [ -n "$fn" ] || return 0
-    grep "$fn *(" "$src" | grep -v "K $name)" | grep -o '[A-Za-z_][A-Za-z0-9_]*' | grep -xF -f "$names" | sort -u
+    grep "$fn[<>A-Za-z0-9_]* *(" "$src" | grep -v "(\*$name)" | grep -o '[A-Za-z_][A-Za-z0-9_]*' | grep -xF -f "$names" | sort -u
 }
 
 check() {
