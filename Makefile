@@ -183,7 +183,7 @@ $(EXAMPLES): $(B)/%: examples/%.c examples/example_args.h gpudl.h tests/api_only
 $(B)/resnet $(B)/cuda_resnet $(B)/emu_resnet $(B)/mnist_mlp $(B)/cuda_mnist_mlp $(B)/emu_mnist_mlp: examples/recipe.h examples/nets.h
 # the nets shared by the examples and the benchmarks (examples/nets.h)
 $(B)/cnn $(B)/cuda_cnn $(B)/emu_cnn $(B)/fmnist92 $(B)/cuda_fmnist92 $(B)/recipes $(B)/cuda_recipes: examples/nets.h
-$(B)/bench_train $(B)/cuda_bench_train.o $(B)/bench_amp: examples/nets.h
+$(B)/bench_train $(B)/cuda_bench_train.o $(B)/bench_amp: examples/nets.h examples/recipe.h examples/example_args.h
 # a stand-in NVML library for the monitor's tests
 $(B)/libfake_nvml.so: tests/fake_nvml.c | $(B)
 	$(CC) $(STD) -O1 -shared -fPIC $< -o $@

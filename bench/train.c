@@ -11,6 +11,9 @@
              stem (24) + GELU, then three groups conv3x3-maxpool-BN-GELU-conv3x3-BN-GELU
              of 64, 256, 256 channels, maxpool 3, Linear(256, 10) (not in the default list:
              ~0.7 TFLOP a step, seconds on a CPU)
+     rcnn    the CNN recipe's net (examples/recipe.h "cnn": bench/fmnist92.c's BN CNN), SGD
+             nesterov, batch 128 (ours only: not in bench/pytorch/train.py)
+     resnet10 examples/resnet.c's net (recipe.h "resnet10"), SGD nesterov, batch 128 (ours only)
    Modes, after the net's name (the same as bench/pytorch/train.py's):
    NET-graph: the same net with its whole step captured once as a CUDA graph
    (gdl_graph_capture) and replayed; on the CPU a replay is the eager step.
@@ -33,13 +36,18 @@
           BENCH_CONV=im2col (or implicit, or gemm: the implicit GEMM without the direct
           kernel) ./bench_train cnn: the CPU convolutions on one path (unset: the path the
           shape picks), for before/after in one build
+          BENCH_BOUND=1: after each net, what bounds its utilisation: 10 profiled steps split into
+          the ops that do the counted FLOPs (linear, matmul, convolution, attention, forward and
+          backward) and all the others; the first group's GFLOP/s and share of the peak, the
+          others' time, the utilisation the net would reach if the first group ran at the peak
+          and the others as they are, and the others' time at the bandwidth gdl_add streams
           BENCH_CLOCK=cpu: the process's CPU time (clock()) instead of the wall clock, for
           before/after on a machine other processes keep busy; with GPUDL_NUM_THREADS=1 it is
           the step's work (with more threads it adds the threads' CPU time up, waits included) */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "bench_cpu.h"
-#include "../examples/nets.h"
+#include "../examples/recipe.h"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -142,8 +150,14 @@ static int make_net(bnet *b, const char *full, gdl_device dev) {
         nd = 4;
         xs[1] = 3; xs[2] = 32; xs[3] = 32;
         b->opt = gdl_sgd_new(0.01, 0.9, 0, 5e-4, 1);
+    } else if (!strcmp(name, "rcnn") || !strcmp(name, "resnet10")) {
+        b->m = ex_recipe_net(ex_recipe_find(name[0] == 'r' && name[1] == 'c' ? "cnn" : name));
+        b->batch = EX_RECIPE_BATCH;
+        nd = 4;
+        xs[1] = 1; xs[2] = 28; xs[3] = 28;
+        b->opt = gdl_sgd_new(0.05, 0.9, 0, 5e-4, 1);
     } else {
-        fprintf(stderr, "bench_train: unknown net %s (mlp, cnn, fc10, fc50, wide, air)\n", name);
+        fprintf(stderr, "bench_train: unknown net %s (mlp, cnn, fc10, fc50, wide, air, rcnn, resnet10)\n", name);
         return -2;
     }
     xs[0] = b->batch;
@@ -188,10 +202,67 @@ static int cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* 1: a profile row of an op whose FLOPs gdl_flops_count counts (the GEMM-like ops, forward or backward) */
+static int flop_row(const char *name) {
+    static const char *const ops[] = {"linear", "matmul", "bmm", "conv", "attention"};
+    size_t i;
+    for (i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (strstr(name, ops[i])) return 1;
+    return 0;
+}
+
+/* The bandwidth gdl_add streams, GB/s: two 64 MiB inputs read, one output written, fastest of 5
+   (a write-allocate's read is not counted: the figure is what the elementwise kernels see). */
+static double add_bandwidth_gbs(gdl_device dev) {
+    int64_t n = (int64_t)16 << 20;
+    gdl_tensor *a = gdl_randn(1, &n, dev), *c = gdl_randn(1, &n, dev);
+    double best = 0;
+    int r;
+    for (r = 0; a && c && r < 6; r++) {
+        double t0 = bench_now(), t;
+        gdl_tensor *s = gdl_add(a, c);
+        if (!s) break; /* the CPU's ops are done when they return */
+        t = bench_now() - t0;
+        if (r > 0 && (best == 0 || t < best)) best = t; /* r = 0: pages first touched */
+        gdl_arena_reset();
+    }
+    gdl_free(a);
+    gdl_free(c);
+    return best > 0 ? 3.0 * 4 * (double)n / best * 1e-9 : NAN;
+}
+
+/* BENCH_BOUND=1: what bounds the net's utilisation (see the top). med: seconds a step, timed. */
+static void print_bound(bnet *b, double med, double peak_gflops, double bw_gbs) {
+    const gdl_profile_row *rows;
+    double flop_ms = 0, total_ms, other_ms, ideal_s;
+    int nr, i, steps = 10;
+    double t0 = bench_now();
+    if (gdl_profile_begin() < 0) return;
+    run_steps(b, steps, NULL);
+    total_ms = (bench_now() - t0) * 1e3 / steps;
+    if (gdl_profile_end() < 0 || (nr = gdl_profile_rows(&rows)) < 0) return;
+    for (i = 0; i < nr; i++)
+        if (flop_row(rows[i].name)) flop_ms += rows[i].total_ms / steps;
+    other_ms = total_ms - flop_ms;
+    ideal_s = b->flops / (peak_gflops * 1e9) + other_ms * 1e-3;
+    printf("bound %s: profiled step %.3f ms (timed %.3f): FLOP ops %.3f ms at %.1f GFLOP/s (%.1f %% of peak), "
+           "other ops and overhead %.3f ms (%.0f %%); with the FLOP ops at the peak: %.1f %% of peak\n",
+           b->name, total_ms, med * 1e3, flop_ms, b->flops * 1e-6 / flop_ms, 100 * b->flops * 1e-6 / flop_ms / peak_gflops,
+           other_ms, 100 * other_ms / total_ms, 100 * b->flops / ideal_s * 1e-9 / peak_gflops);
+    for (i = 0; i < nr && i < 8; i++)
+        if (!flop_row(rows[i].name))
+            printf("bound %s:   %-36s %8.3f ms/step\n", b->name, rows[i].name, rows[i].total_ms / steps);
+    /* the least traffic of a step's other ops: what the forward keeps for the backward (the step's
+       arena) written once and read twice */
+    printf("bound %s: the step arena (%.1f MiB) written once and read twice at gdl_add's %.1f GB/s: %.3f ms\n",
+           b->name, gdl_arena_used() / 1048576.0, bw_gbs, 3.0 * (double)gdl_arena_used() / (bw_gbs * 1e9) * 1e3);
+}
+
 int main(int argc, char **argv) {
     static const char *const defaults[] = {"mlp", "cnn", "fc10", "fc50"};
     const char *const *nets = argc > 1 ? (const char *const *)(argv + 1) : defaults;
     int nnets = argc > 1 ? argc - 1 : 4, k, threads = gdl_get_num_threads();
+    double bound_bw = 0; /* BENCH_BOUND=1 on the CPU: gdl_add's bandwidth */
     gdl_device dev = gdl_default_device();
 #ifndef GDL__GEMM_CBLAS
     /* BENCH_CONV=im2col: the CPU convolutions as before the implicit GEMM, =gemm: as before the direct
@@ -211,6 +282,10 @@ int main(int argc, char **argv) {
     printf("cpu: %s, GEMM micro-kernel %s\n", bench_cpu_model(), gdl_gemm_kernel_name());
     /* the CPU's FMA peak, measured here, before the nets, under the machine's present load */
     if (dev.type == GDL_DEVICE_CPU) printf("cpu peak: %.1f GFLOP/s on %d threads\n", gdl_cpu_peak_gflops(0), threads);
+    if (getenv("BENCH_BOUND") && !strcmp(getenv("BENCH_BOUND"), "1") && dev.type == GDL_DEVICE_CPU) {
+        bound_bw = add_bandwidth_gbs(dev);
+        printf("gdl_add streams %.1f GB/s (two 64 MiB inputs, one output; fastest of 5)\n", bound_bw);
+    }
     printf("%-14s %6s %12s %12s %10s %10s %9s %11s %9s\n", "net", "batch", "ms/step", "samples/s", "GFLOP/step", "GFLOP/s",
            "peak MiB", "host us/st", "launch/st");
     for (k = 0; k < nnets; k++) {
@@ -267,6 +342,7 @@ int main(int argc, char **argv) {
             if (dev.type == GDL_DEVICE_CPU)
                 printf("memory %s: step arena %.1f MiB (held %.1f MiB), peak RSS %.1f MiB\n", b.name,
                        gdl_arena_used() / 1048576.0, gdl_arena_reserved() / 1048576.0, bench_peak_rss_mib());
+            if (bound_bw > 0) print_bound(&b, med, gdl_cpu_peak_gflops(0), bound_bw);
         }
         fflush(stdout);
         gdl_graph_free(b.graph);
