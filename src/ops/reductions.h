@@ -3,6 +3,18 @@
 
 /* ---- reductions and softmax ---- */
 
+/* the tape node of an op over the [outer][nred][inner] split of x at dim d (-1: all of x): the sizes its
+   backward reads, and d for gdl_export_onnx. NULL with *err 0 when nothing records, as gdl__record. */
+static gdl_node *gdl__record_split(const char *opname, int op, gdl_tensor *out, gdl_tensor *x, int64_t outer,
+                                   int64_t nred, int64_t inner, int d, int *err) {
+    gdl_node *n = gdl__record(opname, op, out, 1, &x, err);
+    if (n) {
+        n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
+        n->i[3] = d;
+    }
+    return n;
+}
+
 /* *idx_out (max, min; when not NULL) gets the index tensor the backward uses: the first extreme, or the
    first NaN */
 static gdl_tensor *gdl__reduce_idx(const char *opname, int op, gdl_tensor *x, int all, int dim, int keepdim,
@@ -36,13 +48,9 @@ static gdl_tensor *gdl__reduce_idx(const char *opname, int op, gdl_tensor *x, in
     if (out->numel && be->k.reduce(gdl__op(op)->kernel, outer, nred, inner, GDL__R(x), GDL__R(out),
                                  idx ? (int32_t *)idx->data : NULL, 0) < 0)
         return NULL;
-    n = gdl__record(opname, op, out, 1, &x, &err);
+    n = gdl__record_split(opname, op, out, x, outer, nred, inner, all ? -1 : d, &err);
     if (err) return NULL;
-    if (n) {
-        n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
-        n->i[3] = all ? -1 : d; /* the dim reduced (-1: all), for gdl_export_onnx */
-        n->saved[0] = idx;
-    }
+    if (n) n->saved[0] = idx;
     if (idx_out) *idx_out = idx;
     return gdl__finish(opname, out);
 }
@@ -115,19 +123,14 @@ static gdl_tensor *gdl__softmax(const char *opname, int op, gdl_tensor *x, int d
     int64_t outer, nred, inner;
     int d, err;
     gdl_tensor *out;
-    gdl_node *n;
     const gdl_backend *be;
     GDL__LOWP1(opname, op, gdl__softmax(opname, op, x, dim), x);
     if (gdl__check_in(opname, "x", x, 1) < 0 || gdl__dim(opname, x, dim, &d) < 0) return NULL;
     gdl__split(x, d, &outer, &nred, &inner);
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
     if (out->numel && be->k.softmax(op == GDL_OP_LOG_SOFTMAX, outer, nred, inner, GDL__R(x), GDL__R(out)) < 0) return NULL;
-    n = gdl__record(opname, op, out, 1, &x, &err);
+    gdl__record_split(opname, op, out, x, outer, nred, inner, d, &err);
     if (err) return NULL;
-    if (n) {
-        n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
-        n->i[3] = d; /* the dim, for gdl_export_onnx */
-    }
     return gdl__finish(opname, out);
 }
 
@@ -147,7 +150,6 @@ GPUDL_API gdl_tensor *gdl_cumsum(gdl_tensor *x, int dim) {
     int64_t outer, nred, inner;
     int d, err;
     gdl_tensor *out;
-    gdl_node *n;
     const gdl_backend *be;
     GDL__LOWP1(op, GDL_OP_CUMSUM, gdl_cumsum(x, dim), x);
     if (gdl__check_in(op, "x", x, 1) < 0) return NULL;
@@ -164,12 +166,8 @@ GPUDL_API gdl_tensor *gdl_cumsum(gdl_tensor *x, int dim) {
     }
     if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
     if (out->numel && be->k.cumsum(outer, nred, inner, GDL__R(x), GDL__R(out), 0, 0) < 0) return NULL;
-    n = gdl__record(op, GDL_OP_CUMSUM, out, 1, &x, &err);
+    gdl__record_split(op, GDL_OP_CUMSUM, out, x, outer, nred, inner, d, &err);
     if (err) return NULL;
-    if (n) {
-        n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
-        n->i[3] = d; /* the dim, for gdl_export_onnx */
-    }
     return gdl__finish(op, out);
 }
 
