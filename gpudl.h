@@ -14341,6 +14341,17 @@ static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out) {
     return out;
 }
 
+/* gdl__record, then gdl__finish: the tail of an op whose backward reads one integer of its own, attr
+   (n->i[0]: a dim, a diagonal, the padding index) */
+static gdl_tensor *gdl__finish_with(const char *opname, int op, gdl_tensor *out, int nin, gdl_tensor *const *in,
+                                    int64_t attr) {
+    int err;
+    gdl_node *n = gdl__record(opname, op, out, nin, in, &err);
+    if (err) return NULL;
+    if (n) n->i[0] = attr;
+    return gdl__finish(opname, out);
+}
+
 /* ---- run-time dtypes ----
    The kernels compute in f32 (gdl_real). An op given bf16 or f16 inputs
    without a native path (matmul, linear, conv2d, the poolings and
@@ -15602,16 +15613,19 @@ static int gdl__bw_linear_act(gdl_node *n, const gdl_backend *be) {
 
 /* ---- reductions and softmax ---- */
 
-/* the tape node of an op over the [outer][nred][inner] split of x at dim d (-1: all of x): the sizes its
-   backward reads, and d for gdl_export_onnx. NULL with *err 0 when nothing records, as gdl__record. */
-static gdl_node *gdl__record_split(const char *opname, int op, gdl_tensor *out, gdl_tensor *x, int64_t outer,
-                                   int64_t nred, int64_t inner, int d, int *err) {
-    gdl_node *n = gdl__record(opname, op, out, 1, &x, err);
+/* gdl__record, then gdl__finish, for an op over the [outer][nred][inner] split of x at dim d (-1: all of
+   x): the node keeps the sizes its backward reads, d for gdl_export_onnx, and saved (max and min's indices) */
+static gdl_tensor *gdl__finish_split(const char *opname, int op, gdl_tensor *out, gdl_tensor *x, int64_t outer,
+                                     int64_t nred, int64_t inner, int d, gdl_tensor *saved) {
+    int err;
+    gdl_node *n = gdl__record(opname, op, out, 1, &x, &err);
+    if (err) return NULL;
     if (n) {
         n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
         n->i[3] = d;
+        n->saved[0] = saved;
     }
-    return n;
+    return gdl__finish(opname, out);
 }
 
 /* *idx_out (max, min; when not NULL) gets the index tensor the backward uses: the first extreme, or the
@@ -15619,9 +15633,8 @@ static gdl_node *gdl__record_split(const char *opname, int op, gdl_tensor *out, 
 static gdl_tensor *gdl__reduce_idx(const char *opname, int op, gdl_tensor *x, int all, int dim, int keepdim,
                                    gdl_tensor **idx_out) {
     int64_t outer, nred, inner, shape[GDL_MAX_DIMS] = {0};
-    int d = 0, nd = 0, k, err;
+    int d = 0, nd = 0, k;
     gdl_tensor *out, *idx = NULL;
-    gdl_node *n;
     const gdl_backend *be;
     GDL__LOWP1(opname, op, gdl__reduce_idx(opname, op, x, all, dim, keepdim, idx_out), x);
     if (gdl__check_in(opname, "x", x, 1) < 0) return NULL;
@@ -15647,11 +15660,8 @@ static gdl_tensor *gdl__reduce_idx(const char *opname, int op, gdl_tensor *x, in
     if (out->numel && be->k.reduce(gdl__op(op)->kernel, outer, nred, inner, GDL__R(x), GDL__R(out),
                                  idx ? (int32_t *)idx->data : NULL, 0) < 0)
         return NULL;
-    n = gdl__record_split(opname, op, out, x, outer, nred, inner, all ? -1 : d, &err);
-    if (err) return NULL;
-    if (n) n->saved[0] = idx;
     if (idx_out) *idx_out = idx;
-    return gdl__finish(opname, out);
+    return gdl__finish_split(opname, op, out, x, outer, nred, inner, all ? -1 : d, idx);
 }
 static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int all, int dim, int keepdim) {
     return gdl__reduce_idx(opname, op, x, all, dim, keepdim, NULL);
@@ -15720,7 +15730,7 @@ GPUDL_API gdl_tensor *gdl_argmax(gdl_tensor *x, int dim) {
 
 static gdl_tensor *gdl__softmax(const char *opname, int op, gdl_tensor *x, int dim) {
     int64_t outer, nred, inner;
-    int d, err;
+    int d;
     gdl_tensor *out;
     const gdl_backend *be;
     GDL__LOWP1(opname, op, gdl__softmax(opname, op, x, dim), x);
@@ -15728,9 +15738,7 @@ static gdl_tensor *gdl__softmax(const char *opname, int op, gdl_tensor *x, int d
     gdl__split(x, d, &outer, &nred, &inner);
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
     if (out->numel && be->k.softmax(op == GDL_OP_LOG_SOFTMAX, outer, nred, inner, GDL__R(x), GDL__R(out)) < 0) return NULL;
-    gdl__record_split(opname, op, out, x, outer, nred, inner, d, &err);
-    if (err) return NULL;
-    return gdl__finish(opname, out);
+    return gdl__finish_split(opname, op, out, x, outer, nred, inner, d, NULL);
 }
 
 static int gdl__bw_softmax(gdl_node *n, const gdl_backend *be) {
@@ -15747,7 +15755,7 @@ GPUDL_API gdl_tensor *gdl_log_softmax(gdl_tensor *x, int dim) { return gdl__soft
 GPUDL_API gdl_tensor *gdl_cumsum(gdl_tensor *x, int dim) {
     const char *op = "gdl_cumsum";
     int64_t outer, nred, inner;
-    int d, err;
+    int d;
     gdl_tensor *out;
     const gdl_backend *be;
     GDL__LOWP1(op, GDL_OP_CUMSUM, gdl_cumsum(x, dim), x);
@@ -15765,9 +15773,7 @@ GPUDL_API gdl_tensor *gdl_cumsum(gdl_tensor *x, int dim) {
     }
     if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
     if (out->numel && be->k.cumsum(outer, nred, inner, GDL__R(x), GDL__R(out), 0, 0) < 0) return NULL;
-    gdl__record_split(op, GDL_OP_CUMSUM, out, x, outer, nred, inner, d, &err);
-    if (err) return NULL;
-    return gdl__finish(op, out);
+    return gdl__finish_split(op, GDL_OP_CUMSUM, out, x, outer, nred, inner, d, NULL);
 }
 
 /* the gradient of a prefix sum is the suffix sum of the gradient */
@@ -16652,9 +16658,8 @@ static int gdl__bw_gru_gates(gdl_node *n, const gdl_backend *be) {
 GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
     const char *op = "gdl_concat";
     int64_t shape[GDL_MAX_DIMS], outer, nd0, inner, total, off = 0;
-    int k, j, d, err;
+    int k, j, d;
     gdl_tensor *out;
-    gdl_node *n;
     const gdl_backend *be;
     gdl_dtype dt = GDL_F32;
     if (count < 1 || !xs) {
@@ -16722,10 +16727,7 @@ GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
             return NULL;
         off += nd0 * inner;
     }
-    n = gdl__record(op, GDL_OP_CONCAT, out, count, xs, &err);
-    if (err) return NULL;
-    if (n) n->i[0] = d;
-    return gdl__finish(op, out);
+    return gdl__finish_with(op, GDL_OP_CONCAT, out, count, xs, d);
 }
 
 static int gdl__bw_concat(gdl_node *n, const gdl_backend *be) {
@@ -17012,9 +17014,8 @@ static void gdl__gather_istr(int op, int d, int nd, const int64_t *shape, int64_
 
 static gdl_tensor *gdl__gather_op(const char *opname, int op, gdl_tensor *x, int dim, gdl_tensor *index) {
     int64_t shape[GDL_MAX_DIMS], xstr[GDL_MAX_DIMS], istr[GDL_MAX_DIMS];
-    int d, k, err;
+    int d, k;
     gdl_tensor *out, *in[2];
-    gdl_node *n;
     const gdl_backend *be;
     if (gdl__check_two(opname, "x", x, 0, "index", index, 0) < 0 || gdl__dim(opname, x, dim, &d) < 0) return NULL;
     if (index->dtype != GDL_I32) {
@@ -17047,10 +17048,7 @@ static gdl_tensor *gdl__gather_op(const char *opname, int op, gdl_tensor *x, int
         return NULL;
     in[0] = x;
     in[1] = index;
-    n = gdl__record(opname, op, out, 2, in, &err);
-    if (err) return NULL;
-    if (n) n->i[0] = d;
-    return gdl__finish(opname, out);
+    return gdl__finish_with(opname, op, out, 2, in, d);
 }
 
 /* scatter-add into f32: x's own gradient, or an f32 sum added to a bf16/f16 one with one rounding */
@@ -17192,9 +17190,7 @@ static int gdl__bw_where(gdl_node *n, const gdl_backend *be) {
 
 static gdl_tensor *gdl__tri_op(const char *opname, int op, gdl_tensor *x, int64_t k) {
     int64_t R, C;
-    int err;
     gdl_tensor *out;
-    gdl_node *n;
     const gdl_backend *be;
     if (gdl__check_in(opname, "x", x, 0) < 0) return NULL;
     if (!gdl__is_float(x->dtype) || x->ndim < 2) {
@@ -17207,10 +17203,7 @@ static gdl_tensor *gdl__tri_op(const char *opname, int op, gdl_tensor *x, int64_
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, x->shape, x->dtype, x->device))) return NULL;
     if (out->numel && be->k.tri(x->dtype, op == GDL_OP_TRIU, x->numel / (R * C), R, C, k, x->data, out->data, 0) < 0)
         return NULL;
-    n = gdl__record(opname, op, out, 1, &x, &err);
-    if (err) return NULL;
-    if (n) n->i[0] = k;
-    return gdl__finish(opname, out);
+    return gdl__finish_with(opname, op, out, 1, &x, k);
 }
 
 static int gdl__bw_tri(gdl_node *n, const gdl_backend *be) {
@@ -17475,9 +17468,7 @@ static int gdl__embedding_opts(const char *op, const gdl_embedding_opts *o, int6
 
 static gdl_tensor *gdl__embedding(const char *op, gdl_tensor *idx, gdl_tensor *w, const gdl_embedding_opts *o) {
     int64_t shape[GDL_MAX_DIMS], pad;
-    int err;
     gdl_tensor *out, *in[2];
-    gdl_node *n;
     const gdl_backend *be;
     if (o->max_norm > 0 && w && w->dtype != GDL_F32) { /* the renormalisation writes the weight itself */
         gdl__set_error("%s: max_norm renormalises the weight in place: it must be f32, got %s %s", op,
@@ -17504,10 +17495,7 @@ static gdl_tensor *gdl__embedding(const char *op, gdl_tensor *idx, gdl_tensor *w
         return NULL;
     in[0] = idx;
     in[1] = w;
-    n = gdl__record(op, GDL_OP_EMBEDDING, out, 2, in, &err);
-    if (err) return NULL;
-    if (n) n->i[0] = pad;
-    return gdl__finish(op, out);
+    return gdl__finish_with(op, GDL_OP_EMBEDDING, out, 2, in, pad);
 }
 
 GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *idx, gdl_tensor *w) {

@@ -250,9 +250,7 @@ static int gdl__embedding_opts(const char *op, const gdl_embedding_opts *o, int6
 
 static gdl_tensor *gdl__embedding(const char *op, gdl_tensor *idx, gdl_tensor *w, const gdl_embedding_opts *o) {
     int64_t shape[GDL_MAX_DIMS], pad;
-    int err;
     gdl_tensor *out, *in[2];
-    gdl_node *n;
     const gdl_backend *be;
     if (o->max_norm > 0 && w && w->dtype != GDL_F32) { /* the renormalisation writes the weight itself */
         gdl__set_error("%s: max_norm renormalises the weight in place: it must be f32, got %s %s", op,
@@ -279,10 +277,7 @@ static gdl_tensor *gdl__embedding(const char *op, gdl_tensor *idx, gdl_tensor *w
         return NULL;
     in[0] = idx;
     in[1] = w;
-    n = gdl__record(op, GDL_OP_EMBEDDING, out, 2, in, &err);
-    if (err) return NULL;
-    if (n) n->i[0] = pad;
-    return gdl__finish(op, out);
+    return gdl__finish_with(op, GDL_OP_EMBEDDING, out, 2, in, pad);
 }
 
 GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *idx, gdl_tensor *w) {
