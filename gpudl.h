@@ -10417,34 +10417,44 @@ static double gdl__rows_sum(const gdl_real *x, int64_t N, int64_t stride, int64_
     (void)k;
     return gdl__lanes_total(l, tail);
 }
-/* [outer][n][inner] layouts: one part does the outer indices [lo, hi) */
-static void gdl__reduce_part(gdl__args a, int64_t lo, int64_t hi) {
-    const int64_t n = a.n, inner = a.inner;
-    int64_t o, i, k;
+/* [outer][n][inner] layouts: the line (o, i) is the n values at base + k * inner, base = o * n * inner + i;
+   a result per line (a reduction's, an argmax's) goes to at = o * inner + i. gdl__for_lines calls
+   line(a, base, at) for the lines of the outer indices [lo, hi), i fastest: one walk for the reductions,
+   their backward, argmax, softmax and cumsum (src/cpu/index.h), in the order (so with the bits) of the
+   loop nests each of them had. line is a static function named at each call: gcc (-O2) inlines
+   gdl__for_lines there, and line with it or as a direct call, no call through a pointer. */
+typedef void (*gdl__line_fn)(const gdl__args *a, int64_t base, int64_t at);
+static void gdl__for_lines(const gdl__args *a, int64_t lo, int64_t hi, gdl__line_fn line) {
+    const int64_t n = a->n, inner = a->inner;
+    int64_t o, i;
     for (o = lo; o < hi; o++)
-        for (i = 0; i < inner; i++) {
-            const gdl_real *p = a.x + o * n * inner + i;
-            gdl_real r;
-            if (a.op == GDL_RED_MAX || a.op == GDL_RED_MIN) {
-                /* min as the max of -x: -NaN is NaN, so NaN still wins, and the first of equal values */
-                const gdl_real sg = a.op == GDL_RED_MIN ? (gdl_real)-1 : (gdl_real)1;
-                int64_t best = 0;
-                for (k = 1; k < n; k++)
-                    if (sg * p[k * inner] > sg * p[best * inner] || (p[k * inner] != p[k * inner] && p[best * inner] == p[best * inner]))
-                        best = k; /* first max; NaN wins as in PyTorch */
-                r = n ? p[best * inner] : sg * (gdl_real)-INFINITY;
-                if (a.idx) a.idx[o * inner + i] = (int32_t)best;
-            } else {
-                double s = 0;
-                if (inner == 1) s = gdl__rows_sum(p, 1, 0, n, 0, 0);
-                else
-                    for (k = 0; k < n; k++) s += p[k * inner];
-                r = (gdl_real)(a.op == GDL_RED_MEAN ? s / (double)n : s);
-            }
-            if (a.accumulate) a.out[o * inner + i] += r;
-            else a.out[o * inner + i] = r;
-        }
+        for (i = 0; i < inner; i++) line(a, o * n * inner + i, o * inner + i);
 }
+static void gdl__reduce_line(const gdl__args *a, int64_t base, int64_t at) {
+    const int64_t n = a->n, inner = a->inner;
+    const gdl_real *p = a->x + base;
+    gdl_real r;
+    int64_t k;
+    if (a->op == GDL_RED_MAX || a->op == GDL_RED_MIN) {
+        /* min as the max of -x: -NaN is NaN, so NaN still wins, and the first of equal values */
+        const gdl_real sg = a->op == GDL_RED_MIN ? (gdl_real)-1 : (gdl_real)1;
+        int64_t best = 0;
+        for (k = 1; k < n; k++)
+            if (sg * p[k * inner] > sg * p[best * inner] || (p[k * inner] != p[k * inner] && p[best * inner] == p[best * inner]))
+                best = k; /* first max; NaN wins as in PyTorch */
+        r = n ? p[best * inner] : sg * (gdl_real)-INFINITY;
+        if (a->idx) a->idx[at] = (int32_t)best;
+    } else {
+        double s = 0;
+        if (inner == 1) s = gdl__rows_sum(p, 1, 0, n, 0, 0);
+        else
+            for (k = 0; k < n; k++) s += p[k * inner];
+        r = (gdl_real)(a->op == GDL_RED_MEAN ? s / (double)n : s);
+    }
+    if (a->accumulate) a->out[at] += r;
+    else a->out[at] = r;
+}
+static void gdl__reduce_part(gdl__args a, int64_t lo, int64_t hi) { gdl__for_lines(&a, lo, hi, gdl__reduce_line); }
 /* A sum (or mean) over n with inner > 1, such as a bias gradient (outer 1, n rows, inner columns):
    gdl__reduce_part walks each column down the rows, a cache line per element, one thread when outer
    is 1. Here a task takes a block of GDL__RED_COLS columns and adds whole row segments into one double
@@ -10489,19 +10499,19 @@ static int gdl__cpu_reduce(int op, int64_t outer, int64_t n, int64_t inner, cons
 }
 
 
+static void gdl__reduce_backward_line(const gdl__args *a, int64_t base, int64_t at) {
+    const int64_t n = a->n, inner = a->inner;
+    gdl_real g = a->gy[at];
+    int64_t k;
+    if (a->op == GDL_RED_MAX || a->op == GDL_RED_MIN) {
+        a->out[base + a->argmax[at] * inner] += g;
+    } else {
+        if (a->op == GDL_RED_MEAN) g = (gdl_real)(g / (double)n);
+        for (k = 0; k < n; k++) a->out[base + k * inner] += g;
+    }
+}
 static void gdl__reduce_backward_part(gdl__args a, int64_t lo, int64_t hi) {
-    const int64_t n = a.n, inner = a.inner;
-    int64_t o, i, k;
-    for (o = lo; o < hi; o++)
-        for (i = 0; i < inner; i++) {
-            gdl_real g = a.gy[o * inner + i];
-            if (a.op == GDL_RED_MAX || a.op == GDL_RED_MIN) {
-                a.out[(o * n + a.argmax[o * inner + i]) * inner + i] += g;
-            } else {
-                if (a.op == GDL_RED_MEAN) g = (gdl_real)(g / (double)n);
-                for (k = 0; k < n; k++) a.out[(o * n + k) * inner + i] += g;
-            }
-        }
+    gdl__for_lines(&a, lo, hi, gdl__reduce_backward_line);
 }
 static int gdl__cpu_reduce_backward(int op, int64_t outer, int64_t n, int64_t inner, const gdl_real *gy,
                                     const int32_t *idx, gdl_real *gx) {
@@ -10511,37 +10521,38 @@ static int gdl__cpu_reduce_backward(int op, int64_t outer, int64_t n, int64_t in
     return 0;
 }
 
+static void gdl__argmax_line(const gdl__args *a, int64_t base, int64_t at) {
+    const int64_t n = a->n, inner = a->inner;
+    const gdl_real *p = a->x + base;
+    int64_t best = 0, k;
+    for (k = 1; k < n; k++)
+        if (p[k * inner] > p[best * inner] || (p[k * inner] != p[k * inner] && p[best * inner] == p[best * inner]))
+            best = k; /* first max; NaN wins, as in max_dim and PyTorch */
+    a->idx[at] = (int32_t)best;
+}
 static int gdl__cpu_argmax(int64_t outer, int64_t n, int64_t inner, const gdl_real *x, int32_t *out) {
-    int64_t o, i, k;
-    for (o = 0; o < outer; o++)
-        for (i = 0; i < inner; i++) {
-            const gdl_real *p = x + o * n * inner + i;
-            int64_t best = 0;
-            for (k = 1; k < n; k++)
-                if (p[k * inner] > p[best * inner] || (p[k * inner] != p[k * inner] && p[best * inner] == p[best * inner]))
-                    best = k; /* first max; NaN wins, as in max_dim and PyTorch */
-            out[o * inner + i] = (int32_t)best;
-        }
+    gdl__args a = gdl__args_none();
+    a.n = n; a.inner = inner; a.x = x; a.idx = out;
+    gdl__for_lines(&a, 0, outer, gdl__argmax_line);
     return 0;
 }
 
 /* op: log_softmax */
-static void gdl__softmax_part(gdl__args a, int64_t lo, int64_t hi) {
-    const int64_t n = a.n, inner = a.inner;
-    int64_t o, i, k;
-    for (o = lo; o < hi; o++)
-        for (i = 0; i < inner; i++) {
-            const gdl_real *p = a.x + o * n * inner + i;
-            gdl_real *q = a.out + o * n * inner + i;
-            double mx = -INFINITY, s = 0, lse;
-            for (k = 0; k < n; k++)
-                if (p[k * inner] > mx) mx = p[k * inner];
-            for (k = 0; k < n; k++) s += exp(p[k * inner] - mx);
-            lse = mx + log(s);
-            for (k = 0; k < n; k++)
-                q[k * inner] = (gdl_real)(a.op ? p[k * inner] - lse : exp(p[k * inner] - lse));
-        }
+static void gdl__softmax_line(const gdl__args *a, int64_t base, int64_t at) {
+    const int64_t n = a->n, inner = a->inner;
+    const gdl_real *p = a->x + base;
+    gdl_real *q = a->out + base;
+    double mx = -INFINITY, s = 0, lse;
+    int64_t k;
+    (void)at;
+    for (k = 0; k < n; k++)
+        if (p[k * inner] > mx) mx = p[k * inner];
+    for (k = 0; k < n; k++) s += exp(p[k * inner] - mx);
+    lse = mx + log(s);
+    for (k = 0; k < n; k++)
+        q[k * inner] = (gdl_real)(a->op ? p[k * inner] - lse : exp(p[k * inner] - lse));
 }
+static void gdl__softmax_part(gdl__args a, int64_t lo, int64_t hi) { gdl__for_lines(&a, lo, hi, gdl__softmax_line); }
 static int gdl__cpu_softmax(int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y) {
     gdl__args a = gdl__args_none();
     a.op = log_; a.n = n; a.inner = inner; a.x = x; a.out = y;
@@ -10549,21 +10560,21 @@ static int gdl__cpu_softmax(int log_, int64_t outer, int64_t n, int64_t inner, c
     return 0;
 }
 
+static void gdl__softmax_backward_line(const gdl__args *a, int64_t base, int64_t at) {
+    const int64_t n = a->n, inner = a->inner;
+    const gdl_real *y = a->y, *gy = a->gy;
+    double s = 0;
+    int64_t k;
+    (void)at;
+    for (k = 0; k < n; k++)
+        s += a->op ? gy[base + k * inner] : gy[base + k * inner] * y[base + k * inner];
+    for (k = 0; k < n; k++) {
+        int64_t j = base + k * inner;
+        a->out[j] += (gdl_real)(a->op ? gy[j] - exp(y[j]) * s : y[j] * (gy[j] - s));
+    }
+}
 static void gdl__softmax_backward_part(gdl__args a, int64_t lo, int64_t hi) {
-    const int64_t n = a.n, inner = a.inner;
-    const gdl_real *y = a.y, *gy = a.gy;
-    int64_t o, i, k;
-    for (o = lo; o < hi; o++)
-        for (i = 0; i < inner; i++) {
-            int64_t base = o * n * inner + i;
-            double s = 0;
-            for (k = 0; k < n; k++)
-                s += a.op ? gy[base + k * inner] : gy[base + k * inner] * y[base + k * inner];
-            for (k = 0; k < n; k++) {
-                int64_t j = base + k * inner;
-                a.out[j] += (gdl_real)(a.op ? gy[j] - exp(y[j]) * s : y[j] * (gy[j] - s));
-            }
-        }
+    gdl__for_lines(&a, lo, hi, gdl__softmax_backward_line);
 }
 static int gdl__cpu_softmax_backward(int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *y,
                                      const gdl_real *gy, gdl_real *gx) {
@@ -10831,22 +10842,21 @@ static int gdl__cpu_tri(gdl_dtype dt, int upper, int64_t batch, int64_t R, int64
 }
 
 /* sums in double, as the reductions */
-static void gdl__cumsum_part(gdl__args a, int64_t lo, int64_t hi) {
-    const int64_t n = a.n, inner = a.inner;
-    int64_t o, i, k;
-    for (o = lo; o < hi; o++)
-        for (i = 0; i < inner; i++) {
-            const gdl_real *p = a.x + o * n * inner + i;
-            gdl_real *q = a.out + o * n * inner + i;
-            double s = 0;
-            for (k = 0; k < n; k++) {
-                int64_t kk = a.op ? n - 1 - k : k;
-                s += p[kk * inner];
-                if (a.accumulate) q[kk * inner] += (gdl_real)s;
-                else q[kk * inner] = (gdl_real)s;
-            }
-        }
+static void gdl__cumsum_line(const gdl__args *a, int64_t base, int64_t at) {
+    const int64_t n = a->n, inner = a->inner;
+    const gdl_real *p = a->x + base;
+    gdl_real *q = a->out + base;
+    double s = 0;
+    int64_t k;
+    (void)at;
+    for (k = 0; k < n; k++) {
+        int64_t kk = a->op ? n - 1 - k : k;
+        s += p[kk * inner];
+        if (a->accumulate) q[kk * inner] += (gdl_real)s;
+        else q[kk * inner] = (gdl_real)s;
+    }
 }
+static void gdl__cumsum_part(gdl__args a, int64_t lo, int64_t hi) { gdl__for_lines(&a, lo, hi, gdl__cumsum_line); }
 static int gdl__cpu_cumsum(int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y, int reverse,
                            int accumulate) {
     gdl__args a = gdl__args_none();
@@ -14331,6 +14341,17 @@ static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out) {
     return out;
 }
 
+/* gdl__record, then gdl__finish: the tail of an op whose backward reads one integer of its own, attr
+   (n->i[0]: a dim, a diagonal, the padding index) */
+static gdl_tensor *gdl__finish_with(const char *opname, int op, gdl_tensor *out, int nin, gdl_tensor *const *in,
+                                    int64_t attr) {
+    int err;
+    gdl_node *n = gdl__record(opname, op, out, nin, in, &err);
+    if (err) return NULL;
+    if (n) n->i[0] = attr;
+    return gdl__finish(opname, out);
+}
+
 /* ---- run-time dtypes ----
    The kernels compute in f32 (gdl_real). An op given bf16 or f16 inputs
    without a native path (matmul, linear, conv2d, the poolings and
@@ -15592,14 +15613,28 @@ static int gdl__bw_linear_act(gdl_node *n, const gdl_backend *be) {
 
 /* ---- reductions and softmax ---- */
 
+/* gdl__record, then gdl__finish, for an op over the [outer][nred][inner] split of x at dim d (-1: all of
+   x): the node keeps the sizes its backward reads, d for gdl_export_onnx, and saved (max and min's indices) */
+static gdl_tensor *gdl__finish_split(const char *opname, int op, gdl_tensor *out, gdl_tensor *x, int64_t outer,
+                                     int64_t nred, int64_t inner, int d, gdl_tensor *saved) {
+    int err;
+    gdl_node *n = gdl__record(opname, op, out, 1, &x, &err);
+    if (err) return NULL;
+    if (n) {
+        n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
+        n->i[3] = d;
+        n->saved[0] = saved;
+    }
+    return gdl__finish(opname, out);
+}
+
 /* *idx_out (max, min; when not NULL) gets the index tensor the backward uses: the first extreme, or the
    first NaN */
 static gdl_tensor *gdl__reduce_idx(const char *opname, int op, gdl_tensor *x, int all, int dim, int keepdim,
                                    gdl_tensor **idx_out) {
     int64_t outer, nred, inner, shape[GDL_MAX_DIMS] = {0};
-    int d = 0, nd = 0, k, err;
+    int d = 0, nd = 0, k;
     gdl_tensor *out, *idx = NULL;
-    gdl_node *n;
     const gdl_backend *be;
     GDL__LOWP1(opname, op, gdl__reduce_idx(opname, op, x, all, dim, keepdim, idx_out), x);
     if (gdl__check_in(opname, "x", x, 1) < 0) return NULL;
@@ -15625,15 +15660,8 @@ static gdl_tensor *gdl__reduce_idx(const char *opname, int op, gdl_tensor *x, in
     if (out->numel && be->k.reduce(gdl__op(op)->kernel, outer, nred, inner, GDL__R(x), GDL__R(out),
                                  idx ? (int32_t *)idx->data : NULL, 0) < 0)
         return NULL;
-    n = gdl__record(opname, op, out, 1, &x, &err);
-    if (err) return NULL;
-    if (n) {
-        n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
-        n->i[3] = all ? -1 : d; /* the dim reduced (-1: all), for gdl_export_onnx */
-        n->saved[0] = idx;
-    }
     if (idx_out) *idx_out = idx;
-    return gdl__finish(opname, out);
+    return gdl__finish_split(opname, op, out, x, outer, nred, inner, all ? -1 : d, idx);
 }
 static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int all, int dim, int keepdim) {
     return gdl__reduce_idx(opname, op, x, all, dim, keepdim, NULL);
@@ -15702,22 +15730,15 @@ GPUDL_API gdl_tensor *gdl_argmax(gdl_tensor *x, int dim) {
 
 static gdl_tensor *gdl__softmax(const char *opname, int op, gdl_tensor *x, int dim) {
     int64_t outer, nred, inner;
-    int d, err;
+    int d;
     gdl_tensor *out;
-    gdl_node *n;
     const gdl_backend *be;
     GDL__LOWP1(opname, op, gdl__softmax(opname, op, x, dim), x);
     if (gdl__check_in(opname, "x", x, 1) < 0 || gdl__dim(opname, x, dim, &d) < 0) return NULL;
     gdl__split(x, d, &outer, &nred, &inner);
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
     if (out->numel && be->k.softmax(op == GDL_OP_LOG_SOFTMAX, outer, nred, inner, GDL__R(x), GDL__R(out)) < 0) return NULL;
-    n = gdl__record(opname, op, out, 1, &x, &err);
-    if (err) return NULL;
-    if (n) {
-        n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
-        n->i[3] = d; /* the dim, for gdl_export_onnx */
-    }
-    return gdl__finish(opname, out);
+    return gdl__finish_split(opname, op, out, x, outer, nred, inner, d, NULL);
 }
 
 static int gdl__bw_softmax(gdl_node *n, const gdl_backend *be) {
@@ -15734,9 +15755,8 @@ GPUDL_API gdl_tensor *gdl_log_softmax(gdl_tensor *x, int dim) { return gdl__soft
 GPUDL_API gdl_tensor *gdl_cumsum(gdl_tensor *x, int dim) {
     const char *op = "gdl_cumsum";
     int64_t outer, nred, inner;
-    int d, err;
+    int d;
     gdl_tensor *out;
-    gdl_node *n;
     const gdl_backend *be;
     GDL__LOWP1(op, GDL_OP_CUMSUM, gdl_cumsum(x, dim), x);
     if (gdl__check_in(op, "x", x, 1) < 0) return NULL;
@@ -15753,13 +15773,7 @@ GPUDL_API gdl_tensor *gdl_cumsum(gdl_tensor *x, int dim) {
     }
     if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
     if (out->numel && be->k.cumsum(outer, nred, inner, GDL__R(x), GDL__R(out), 0, 0) < 0) return NULL;
-    n = gdl__record(op, GDL_OP_CUMSUM, out, 1, &x, &err);
-    if (err) return NULL;
-    if (n) {
-        n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
-        n->i[3] = d; /* the dim, for gdl_export_onnx */
-    }
-    return gdl__finish(op, out);
+    return gdl__finish_split(op, GDL_OP_CUMSUM, out, x, outer, nred, inner, d, NULL);
 }
 
 /* the gradient of a prefix sum is the suffix sum of the gradient */
@@ -16644,9 +16658,8 @@ static int gdl__bw_gru_gates(gdl_node *n, const gdl_backend *be) {
 GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
     const char *op = "gdl_concat";
     int64_t shape[GDL_MAX_DIMS], outer, nd0, inner, total, off = 0;
-    int k, j, d, err;
+    int k, j, d;
     gdl_tensor *out;
-    gdl_node *n;
     const gdl_backend *be;
     gdl_dtype dt = GDL_F32;
     if (count < 1 || !xs) {
@@ -16714,10 +16727,7 @@ GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
             return NULL;
         off += nd0 * inner;
     }
-    n = gdl__record(op, GDL_OP_CONCAT, out, count, xs, &err);
-    if (err) return NULL;
-    if (n) n->i[0] = d;
-    return gdl__finish(op, out);
+    return gdl__finish_with(op, GDL_OP_CONCAT, out, count, xs, d);
 }
 
 static int gdl__bw_concat(gdl_node *n, const gdl_backend *be) {
@@ -17004,9 +17014,8 @@ static void gdl__gather_istr(int op, int d, int nd, const int64_t *shape, int64_
 
 static gdl_tensor *gdl__gather_op(const char *opname, int op, gdl_tensor *x, int dim, gdl_tensor *index) {
     int64_t shape[GDL_MAX_DIMS], xstr[GDL_MAX_DIMS], istr[GDL_MAX_DIMS];
-    int d, k, err;
+    int d, k;
     gdl_tensor *out, *in[2];
-    gdl_node *n;
     const gdl_backend *be;
     if (gdl__check_two(opname, "x", x, 0, "index", index, 0) < 0 || gdl__dim(opname, x, dim, &d) < 0) return NULL;
     if (index->dtype != GDL_I32) {
@@ -17039,10 +17048,7 @@ static gdl_tensor *gdl__gather_op(const char *opname, int op, gdl_tensor *x, int
         return NULL;
     in[0] = x;
     in[1] = index;
-    n = gdl__record(opname, op, out, 2, in, &err);
-    if (err) return NULL;
-    if (n) n->i[0] = d;
-    return gdl__finish(opname, out);
+    return gdl__finish_with(opname, op, out, 2, in, d);
 }
 
 /* scatter-add into f32: x's own gradient, or an f32 sum added to a bf16/f16 one with one rounding */
@@ -17184,9 +17190,7 @@ static int gdl__bw_where(gdl_node *n, const gdl_backend *be) {
 
 static gdl_tensor *gdl__tri_op(const char *opname, int op, gdl_tensor *x, int64_t k) {
     int64_t R, C;
-    int err;
     gdl_tensor *out;
-    gdl_node *n;
     const gdl_backend *be;
     if (gdl__check_in(opname, "x", x, 0) < 0) return NULL;
     if (!gdl__is_float(x->dtype) || x->ndim < 2) {
@@ -17199,10 +17203,7 @@ static gdl_tensor *gdl__tri_op(const char *opname, int op, gdl_tensor *x, int64_
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, x->shape, x->dtype, x->device))) return NULL;
     if (out->numel && be->k.tri(x->dtype, op == GDL_OP_TRIU, x->numel / (R * C), R, C, k, x->data, out->data, 0) < 0)
         return NULL;
-    n = gdl__record(opname, op, out, 1, &x, &err);
-    if (err) return NULL;
-    if (n) n->i[0] = k;
-    return gdl__finish(opname, out);
+    return gdl__finish_with(opname, op, out, 1, &x, k);
 }
 
 static int gdl__bw_tri(gdl_node *n, const gdl_backend *be) {
@@ -17278,6 +17279,22 @@ static int gdl__check_vec(const char *op, const char *arg, const gdl_tensor *v, 
     return 0;
 }
 
+/* the tape node of a normalisation: inputs x, weight, bias (NULL where absent), saved the statistics its
+   backward reads (the mean and 1 / std), f[0] eps; the caller adds its sizes. NULL with *err 0 when nothing
+   records, as gdl__record. */
+static gdl_node *gdl__record_norm(const char *op, int opid, gdl_tensor *out, gdl_tensor *x, gdl_tensor *weight,
+                                  gdl_tensor *bias, gdl_tensor *mean, gdl_tensor *istd, double eps, int *err) {
+    gdl_tensor *in[3];
+    gdl_node *n;
+    in[0] = x; in[1] = weight; in[2] = bias;
+    if ((n = gdl__record(op, opid, out, 3, in, err)) != NULL) {
+        n->saved[0] = mean;
+        n->saved[1] = istd;
+        n->f[0] = eps;
+    }
+    return n;
+}
+
 /* gdl_batch_norm, and with relu gdl_batch_norm_relu (its ReLU in the backend's passes) */
 static gdl_tensor *gdl__batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor *rvar, gdl_tensor *weight,
                                    gdl_tensor *bias, int training, double momentum, double eps, int relu) {
@@ -17285,7 +17302,7 @@ static gdl_tensor *gdl__batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor 
     const gdl_op opid = relu ? GDL_OP_BATCH_NORM_RELU : GDL_OP_BATCH_NORM;
     int64_t N, C, S = 1, cshape;
     int k, err, use_batch;
-    gdl_tensor *out, *mean, *invstd, *in[3];
+    gdl_tensor *out, *mean, *invstd;
     gdl_node *n;
     const gdl_backend *be;
     gdl_dtype dt = GDL_F32;
@@ -17341,14 +17358,10 @@ static gdl_tensor *gdl__batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor 
                              rvar ? GDL__R(rvar) : NULL, use_batch, momentum, eps, relu) < 0) {
         return NULL;
     }
-    in[0] = x; in[1] = weight; in[2] = bias;
-    n = gdl__record(op, opid, out, 3, in, &err);
+    n = gdl__record_norm(op, opid, out, x, weight, bias, mean, invstd, eps, &err);
     if (err) return NULL;
     if (n) {
-        n->saved[0] = mean;
-        n->saved[1] = invstd;
         n->i[0] = N; n->i[1] = C; n->i[2] = S; n->i[3] = use_batch;
-        n->f[0] = eps;
         n->stats[0] = rmean; n->stats[1] = rvar;
     }
     return gdl__finish(op, out);
@@ -17384,7 +17397,7 @@ GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tens
     const char *op = "gdl_layer_norm";
     int64_t D, rows;
     int err;
-    gdl_tensor *out, *mean, *rstd, *in[3];
+    gdl_tensor *out, *mean, *rstd;
     gdl_node *n;
     const gdl_backend *be;
     GDL__LOWP3_FIRST(op, GDL_OP_LAYER_NORM, gdl_layer_norm(x, weight, bias, eps), x, weight, bias);
@@ -17402,14 +17415,10 @@ GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tens
     if (rows && be->k.layernorm(rows, D, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, eps,
                               GDL__R(out), GDL__R(mean), GDL__R(rstd)) < 0)
         return NULL;
-    in[0] = x; in[1] = weight; in[2] = bias;
-    n = gdl__record(op, GDL_OP_LAYER_NORM, out, 3, in, &err);
+    n = gdl__record_norm(op, GDL_OP_LAYER_NORM, out, x, weight, bias, mean, rstd, eps, &err);
     if (err) return NULL;
     if (n) {
-        n->saved[0] = mean;
-        n->saved[1] = rstd;
         n->i[0] = rows; n->i[1] = D;
-        n->f[0] = eps;
     }
     return gdl__finish(op, out);
 }
@@ -17467,9 +17476,7 @@ static int gdl__embedding_opts(const char *op, const gdl_embedding_opts *o, int6
 
 static gdl_tensor *gdl__embedding(const char *op, gdl_tensor *idx, gdl_tensor *w, const gdl_embedding_opts *o) {
     int64_t shape[GDL_MAX_DIMS], pad;
-    int err;
     gdl_tensor *out, *in[2];
-    gdl_node *n;
     const gdl_backend *be;
     if (o->max_norm > 0 && w && w->dtype != GDL_F32) { /* the renormalisation writes the weight itself */
         gdl__set_error("%s: max_norm renormalises the weight in place: it must be f32, got %s %s", op,
@@ -17496,10 +17503,7 @@ static gdl_tensor *gdl__embedding(const char *op, gdl_tensor *idx, gdl_tensor *w
         return NULL;
     in[0] = idx;
     in[1] = w;
-    n = gdl__record(op, GDL_OP_EMBEDDING, out, 2, in, &err);
-    if (err) return NULL;
-    if (n) n->i[0] = pad;
-    return gdl__finish(op, out);
+    return gdl__finish_with(op, GDL_OP_EMBEDDING, out, 2, in, pad);
 }
 
 GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *idx, gdl_tensor *w) {

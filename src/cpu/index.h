@@ -187,22 +187,21 @@ static int gdl__cpu_tri(gdl_dtype dt, int upper, int64_t batch, int64_t R, int64
 }
 
 /* sums in double, as the reductions */
-static void gdl__cumsum_part(gdl__args a, int64_t lo, int64_t hi) {
-    const int64_t n = a.n, inner = a.inner;
-    int64_t o, i, k;
-    for (o = lo; o < hi; o++)
-        for (i = 0; i < inner; i++) {
-            const gdl_real *p = a.x + o * n * inner + i;
-            gdl_real *q = a.out + o * n * inner + i;
-            double s = 0;
-            for (k = 0; k < n; k++) {
-                int64_t kk = a.op ? n - 1 - k : k;
-                s += p[kk * inner];
-                if (a.accumulate) q[kk * inner] += (gdl_real)s;
-                else q[kk * inner] = (gdl_real)s;
-            }
-        }
+static void gdl__cumsum_line(const gdl__args *a, int64_t base, int64_t at) {
+    const int64_t n = a->n, inner = a->inner;
+    const gdl_real *p = a->x + base;
+    gdl_real *q = a->out + base;
+    double s = 0;
+    int64_t k;
+    (void)at;
+    for (k = 0; k < n; k++) {
+        int64_t kk = a->op ? n - 1 - k : k;
+        s += p[kk * inner];
+        if (a->accumulate) q[kk * inner] += (gdl_real)s;
+        else q[kk * inner] = (gdl_real)s;
+    }
 }
+static void gdl__cumsum_part(gdl__args a, int64_t lo, int64_t hi) { gdl__for_lines(&a, lo, hi, gdl__cumsum_line); }
 static int gdl__cpu_cumsum(int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y, int reverse,
                            int accumulate) {
     gdl__args a = gdl__args_none();

@@ -55,34 +55,44 @@ static double gdl__rows_sum(const gdl_real *x, int64_t N, int64_t stride, int64_
     (void)k;
     return gdl__lanes_total(l, tail);
 }
-/* [outer][n][inner] layouts: one part does the outer indices [lo, hi) */
-static void gdl__reduce_part(gdl__args a, int64_t lo, int64_t hi) {
-    const int64_t n = a.n, inner = a.inner;
-    int64_t o, i, k;
+/* [outer][n][inner] layouts: the line (o, i) is the n values at base + k * inner, base = o * n * inner + i;
+   a result per line (a reduction's, an argmax's) goes to at = o * inner + i. gdl__for_lines calls
+   line(a, base, at) for the lines of the outer indices [lo, hi), i fastest: one walk for the reductions,
+   their backward, argmax, softmax and cumsum (src/cpu/index.h), in the order (so with the bits) of the
+   loop nests each of them had. line is a static function named at each call: gcc (-O2) inlines
+   gdl__for_lines there, and line with it or as a direct call, no call through a pointer. */
+typedef void (*gdl__line_fn)(const gdl__args *a, int64_t base, int64_t at);
+static void gdl__for_lines(const gdl__args *a, int64_t lo, int64_t hi, gdl__line_fn line) {
+    const int64_t n = a->n, inner = a->inner;
+    int64_t o, i;
     for (o = lo; o < hi; o++)
-        for (i = 0; i < inner; i++) {
-            const gdl_real *p = a.x + o * n * inner + i;
-            gdl_real r;
-            if (a.op == GDL_RED_MAX || a.op == GDL_RED_MIN) {
-                /* min as the max of -x: -NaN is NaN, so NaN still wins, and the first of equal values */
-                const gdl_real sg = a.op == GDL_RED_MIN ? (gdl_real)-1 : (gdl_real)1;
-                int64_t best = 0;
-                for (k = 1; k < n; k++)
-                    if (sg * p[k * inner] > sg * p[best * inner] || (p[k * inner] != p[k * inner] && p[best * inner] == p[best * inner]))
-                        best = k; /* first max; NaN wins as in PyTorch */
-                r = n ? p[best * inner] : sg * (gdl_real)-INFINITY;
-                if (a.idx) a.idx[o * inner + i] = (int32_t)best;
-            } else {
-                double s = 0;
-                if (inner == 1) s = gdl__rows_sum(p, 1, 0, n, 0, 0);
-                else
-                    for (k = 0; k < n; k++) s += p[k * inner];
-                r = (gdl_real)(a.op == GDL_RED_MEAN ? s / (double)n : s);
-            }
-            if (a.accumulate) a.out[o * inner + i] += r;
-            else a.out[o * inner + i] = r;
-        }
+        for (i = 0; i < inner; i++) line(a, o * n * inner + i, o * inner + i);
 }
+static void gdl__reduce_line(const gdl__args *a, int64_t base, int64_t at) {
+    const int64_t n = a->n, inner = a->inner;
+    const gdl_real *p = a->x + base;
+    gdl_real r;
+    int64_t k;
+    if (a->op == GDL_RED_MAX || a->op == GDL_RED_MIN) {
+        /* min as the max of -x: -NaN is NaN, so NaN still wins, and the first of equal values */
+        const gdl_real sg = a->op == GDL_RED_MIN ? (gdl_real)-1 : (gdl_real)1;
+        int64_t best = 0;
+        for (k = 1; k < n; k++)
+            if (sg * p[k * inner] > sg * p[best * inner] || (p[k * inner] != p[k * inner] && p[best * inner] == p[best * inner]))
+                best = k; /* first max; NaN wins as in PyTorch */
+        r = n ? p[best * inner] : sg * (gdl_real)-INFINITY;
+        if (a->idx) a->idx[at] = (int32_t)best;
+    } else {
+        double s = 0;
+        if (inner == 1) s = gdl__rows_sum(p, 1, 0, n, 0, 0);
+        else
+            for (k = 0; k < n; k++) s += p[k * inner];
+        r = (gdl_real)(a->op == GDL_RED_MEAN ? s / (double)n : s);
+    }
+    if (a->accumulate) a->out[at] += r;
+    else a->out[at] = r;
+}
+static void gdl__reduce_part(gdl__args a, int64_t lo, int64_t hi) { gdl__for_lines(&a, lo, hi, gdl__reduce_line); }
 /* A sum (or mean) over n with inner > 1, such as a bias gradient (outer 1, n rows, inner columns):
    gdl__reduce_part walks each column down the rows, a cache line per element, one thread when outer
    is 1. Here a task takes a block of GDL__RED_COLS columns and adds whole row segments into one double
@@ -127,19 +137,19 @@ static int gdl__cpu_reduce(int op, int64_t outer, int64_t n, int64_t inner, cons
 }
 
 
+static void gdl__reduce_backward_line(const gdl__args *a, int64_t base, int64_t at) {
+    const int64_t n = a->n, inner = a->inner;
+    gdl_real g = a->gy[at];
+    int64_t k;
+    if (a->op == GDL_RED_MAX || a->op == GDL_RED_MIN) {
+        a->out[base + a->argmax[at] * inner] += g;
+    } else {
+        if (a->op == GDL_RED_MEAN) g = (gdl_real)(g / (double)n);
+        for (k = 0; k < n; k++) a->out[base + k * inner] += g;
+    }
+}
 static void gdl__reduce_backward_part(gdl__args a, int64_t lo, int64_t hi) {
-    const int64_t n = a.n, inner = a.inner;
-    int64_t o, i, k;
-    for (o = lo; o < hi; o++)
-        for (i = 0; i < inner; i++) {
-            gdl_real g = a.gy[o * inner + i];
-            if (a.op == GDL_RED_MAX || a.op == GDL_RED_MIN) {
-                a.out[(o * n + a.argmax[o * inner + i]) * inner + i] += g;
-            } else {
-                if (a.op == GDL_RED_MEAN) g = (gdl_real)(g / (double)n);
-                for (k = 0; k < n; k++) a.out[(o * n + k) * inner + i] += g;
-            }
-        }
+    gdl__for_lines(&a, lo, hi, gdl__reduce_backward_line);
 }
 static int gdl__cpu_reduce_backward(int op, int64_t outer, int64_t n, int64_t inner, const gdl_real *gy,
                                     const int32_t *idx, gdl_real *gx) {
@@ -149,37 +159,38 @@ static int gdl__cpu_reduce_backward(int op, int64_t outer, int64_t n, int64_t in
     return 0;
 }
 
+static void gdl__argmax_line(const gdl__args *a, int64_t base, int64_t at) {
+    const int64_t n = a->n, inner = a->inner;
+    const gdl_real *p = a->x + base;
+    int64_t best = 0, k;
+    for (k = 1; k < n; k++)
+        if (p[k * inner] > p[best * inner] || (p[k * inner] != p[k * inner] && p[best * inner] == p[best * inner]))
+            best = k; /* first max; NaN wins, as in max_dim and PyTorch */
+    a->idx[at] = (int32_t)best;
+}
 static int gdl__cpu_argmax(int64_t outer, int64_t n, int64_t inner, const gdl_real *x, int32_t *out) {
-    int64_t o, i, k;
-    for (o = 0; o < outer; o++)
-        for (i = 0; i < inner; i++) {
-            const gdl_real *p = x + o * n * inner + i;
-            int64_t best = 0;
-            for (k = 1; k < n; k++)
-                if (p[k * inner] > p[best * inner] || (p[k * inner] != p[k * inner] && p[best * inner] == p[best * inner]))
-                    best = k; /* first max; NaN wins, as in max_dim and PyTorch */
-            out[o * inner + i] = (int32_t)best;
-        }
+    gdl__args a = gdl__args_none();
+    a.n = n; a.inner = inner; a.x = x; a.idx = out;
+    gdl__for_lines(&a, 0, outer, gdl__argmax_line);
     return 0;
 }
 
 /* op: log_softmax */
-static void gdl__softmax_part(gdl__args a, int64_t lo, int64_t hi) {
-    const int64_t n = a.n, inner = a.inner;
-    int64_t o, i, k;
-    for (o = lo; o < hi; o++)
-        for (i = 0; i < inner; i++) {
-            const gdl_real *p = a.x + o * n * inner + i;
-            gdl_real *q = a.out + o * n * inner + i;
-            double mx = -INFINITY, s = 0, lse;
-            for (k = 0; k < n; k++)
-                if (p[k * inner] > mx) mx = p[k * inner];
-            for (k = 0; k < n; k++) s += exp(p[k * inner] - mx);
-            lse = mx + log(s);
-            for (k = 0; k < n; k++)
-                q[k * inner] = (gdl_real)(a.op ? p[k * inner] - lse : exp(p[k * inner] - lse));
-        }
+static void gdl__softmax_line(const gdl__args *a, int64_t base, int64_t at) {
+    const int64_t n = a->n, inner = a->inner;
+    const gdl_real *p = a->x + base;
+    gdl_real *q = a->out + base;
+    double mx = -INFINITY, s = 0, lse;
+    int64_t k;
+    (void)at;
+    for (k = 0; k < n; k++)
+        if (p[k * inner] > mx) mx = p[k * inner];
+    for (k = 0; k < n; k++) s += exp(p[k * inner] - mx);
+    lse = mx + log(s);
+    for (k = 0; k < n; k++)
+        q[k * inner] = (gdl_real)(a->op ? p[k * inner] - lse : exp(p[k * inner] - lse));
 }
+static void gdl__softmax_part(gdl__args a, int64_t lo, int64_t hi) { gdl__for_lines(&a, lo, hi, gdl__softmax_line); }
 static int gdl__cpu_softmax(int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y) {
     gdl__args a = gdl__args_none();
     a.op = log_; a.n = n; a.inner = inner; a.x = x; a.out = y;
@@ -187,21 +198,21 @@ static int gdl__cpu_softmax(int log_, int64_t outer, int64_t n, int64_t inner, c
     return 0;
 }
 
+static void gdl__softmax_backward_line(const gdl__args *a, int64_t base, int64_t at) {
+    const int64_t n = a->n, inner = a->inner;
+    const gdl_real *y = a->y, *gy = a->gy;
+    double s = 0;
+    int64_t k;
+    (void)at;
+    for (k = 0; k < n; k++)
+        s += a->op ? gy[base + k * inner] : gy[base + k * inner] * y[base + k * inner];
+    for (k = 0; k < n; k++) {
+        int64_t j = base + k * inner;
+        a->out[j] += (gdl_real)(a->op ? gy[j] - exp(y[j]) * s : y[j] * (gy[j] - s));
+    }
+}
 static void gdl__softmax_backward_part(gdl__args a, int64_t lo, int64_t hi) {
-    const int64_t n = a.n, inner = a.inner;
-    const gdl_real *y = a.y, *gy = a.gy;
-    int64_t o, i, k;
-    for (o = lo; o < hi; o++)
-        for (i = 0; i < inner; i++) {
-            int64_t base = o * n * inner + i;
-            double s = 0;
-            for (k = 0; k < n; k++)
-                s += a.op ? gy[base + k * inner] : gy[base + k * inner] * y[base + k * inner];
-            for (k = 0; k < n; k++) {
-                int64_t j = base + k * inner;
-                a.out[j] += (gdl_real)(a.op ? gy[j] - exp(y[j]) * s : y[j] * (gy[j] - s));
-            }
-        }
+    gdl__for_lines(&a, lo, hi, gdl__softmax_backward_line);
 }
 static int gdl__cpu_softmax_backward(int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *y,
                                      const gdl_real *gy, gdl_real *gx) {

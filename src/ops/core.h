@@ -169,6 +169,17 @@ static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out) {
     return out;
 }
 
+/* gdl__record, then gdl__finish: the tail of an op whose backward reads one integer of its own, attr
+   (n->i[0]: a dim, a diagonal, the padding index) */
+static gdl_tensor *gdl__finish_with(const char *opname, int op, gdl_tensor *out, int nin, gdl_tensor *const *in,
+                                    int64_t attr) {
+    int err;
+    gdl_node *n = gdl__record(opname, op, out, nin, in, &err);
+    if (err) return NULL;
+    if (n) n->i[0] = attr;
+    return gdl__finish(opname, out);
+}
+
 /* ---- run-time dtypes ----
    The kernels compute in f32 (gdl_real). An op given bf16 or f16 inputs
    without a native path (matmul, linear, conv2d, the poolings and

@@ -61,6 +61,22 @@ static int gdl__check_vec(const char *op, const char *arg, const gdl_tensor *v, 
     return 0;
 }
 
+/* the tape node of a normalisation: inputs x, weight, bias (NULL where absent), saved the statistics its
+   backward reads (the mean and 1 / std), f[0] eps; the caller adds its sizes. NULL with *err 0 when nothing
+   records, as gdl__record. */
+static gdl_node *gdl__record_norm(const char *op, int opid, gdl_tensor *out, gdl_tensor *x, gdl_tensor *weight,
+                                  gdl_tensor *bias, gdl_tensor *mean, gdl_tensor *istd, double eps, int *err) {
+    gdl_tensor *in[3];
+    gdl_node *n;
+    in[0] = x; in[1] = weight; in[2] = bias;
+    if ((n = gdl__record(op, opid, out, 3, in, err)) != NULL) {
+        n->saved[0] = mean;
+        n->saved[1] = istd;
+        n->f[0] = eps;
+    }
+    return n;
+}
+
 /* gdl_batch_norm, and with relu gdl_batch_norm_relu (its ReLU in the backend's passes) */
 static gdl_tensor *gdl__batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor *rvar, gdl_tensor *weight,
                                    gdl_tensor *bias, int training, double momentum, double eps, int relu) {
@@ -68,7 +84,7 @@ static gdl_tensor *gdl__batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor 
     const gdl_op opid = relu ? GDL_OP_BATCH_NORM_RELU : GDL_OP_BATCH_NORM;
     int64_t N, C, S = 1, cshape;
     int k, err, use_batch;
-    gdl_tensor *out, *mean, *invstd, *in[3];
+    gdl_tensor *out, *mean, *invstd;
     gdl_node *n;
     const gdl_backend *be;
     gdl_dtype dt = GDL_F32;
@@ -124,14 +140,10 @@ static gdl_tensor *gdl__batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor 
                              rvar ? GDL__R(rvar) : NULL, use_batch, momentum, eps, relu) < 0) {
         return NULL;
     }
-    in[0] = x; in[1] = weight; in[2] = bias;
-    n = gdl__record(op, opid, out, 3, in, &err);
+    n = gdl__record_norm(op, opid, out, x, weight, bias, mean, invstd, eps, &err);
     if (err) return NULL;
     if (n) {
-        n->saved[0] = mean;
-        n->saved[1] = invstd;
         n->i[0] = N; n->i[1] = C; n->i[2] = S; n->i[3] = use_batch;
-        n->f[0] = eps;
         n->stats[0] = rmean; n->stats[1] = rvar;
     }
     return gdl__finish(op, out);
@@ -167,7 +179,7 @@ GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tens
     const char *op = "gdl_layer_norm";
     int64_t D, rows;
     int err;
-    gdl_tensor *out, *mean, *rstd, *in[3];
+    gdl_tensor *out, *mean, *rstd;
     gdl_node *n;
     const gdl_backend *be;
     GDL__LOWP3_FIRST(op, GDL_OP_LAYER_NORM, gdl_layer_norm(x, weight, bias, eps), x, weight, bias);
@@ -185,14 +197,10 @@ GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tens
     if (rows && be->k.layernorm(rows, D, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, eps,
                               GDL__R(out), GDL__R(mean), GDL__R(rstd)) < 0)
         return NULL;
-    in[0] = x; in[1] = weight; in[2] = bias;
-    n = gdl__record(op, GDL_OP_LAYER_NORM, out, 3, in, &err);
+    n = gdl__record_norm(op, GDL_OP_LAYER_NORM, out, x, weight, bias, mean, rstd, eps, &err);
     if (err) return NULL;
     if (n) {
-        n->saved[0] = mean;
-        n->saved[1] = rstd;
         n->i[0] = rows; n->i[1] = D;
-        n->f[0] = eps;
     }
     return gdl__finish(op, out);
 }
@@ -250,9 +258,7 @@ static int gdl__embedding_opts(const char *op, const gdl_embedding_opts *o, int6
 
 static gdl_tensor *gdl__embedding(const char *op, gdl_tensor *idx, gdl_tensor *w, const gdl_embedding_opts *o) {
     int64_t shape[GDL_MAX_DIMS], pad;
-    int err;
     gdl_tensor *out, *in[2];
-    gdl_node *n;
     const gdl_backend *be;
     if (o->max_norm > 0 && w && w->dtype != GDL_F32) { /* the renormalisation writes the weight itself */
         gdl__set_error("%s: max_norm renormalises the weight in place: it must be f32, got %s %s", op,
@@ -279,10 +285,7 @@ static gdl_tensor *gdl__embedding(const char *op, gdl_tensor *idx, gdl_tensor *w
         return NULL;
     in[0] = idx;
     in[1] = w;
-    n = gdl__record(op, GDL_OP_EMBEDDING, out, 2, in, &err);
-    if (err) return NULL;
-    if (n) n->i[0] = pad;
-    return gdl__finish(op, out);
+    return gdl__finish_with(op, GDL_OP_EMBEDDING, out, 2, in, pad);
 }
 
 GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *idx, gdl_tensor *w) {

@@ -3,14 +3,28 @@
 
 /* ---- reductions and softmax ---- */
 
+/* gdl__record, then gdl__finish, for an op over the [outer][nred][inner] split of x at dim d (-1: all of
+   x): the node keeps the sizes its backward reads, d for gdl_export_onnx, and saved (max and min's indices) */
+static gdl_tensor *gdl__finish_split(const char *opname, int op, gdl_tensor *out, gdl_tensor *x, int64_t outer,
+                                     int64_t nred, int64_t inner, int d, gdl_tensor *saved) {
+    int err;
+    gdl_node *n = gdl__record(opname, op, out, 1, &x, &err);
+    if (err) return NULL;
+    if (n) {
+        n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
+        n->i[3] = d;
+        n->saved[0] = saved;
+    }
+    return gdl__finish(opname, out);
+}
+
 /* *idx_out (max, min; when not NULL) gets the index tensor the backward uses: the first extreme, or the
    first NaN */
 static gdl_tensor *gdl__reduce_idx(const char *opname, int op, gdl_tensor *x, int all, int dim, int keepdim,
                                    gdl_tensor **idx_out) {
     int64_t outer, nred, inner, shape[GDL_MAX_DIMS] = {0};
-    int d = 0, nd = 0, k, err;
+    int d = 0, nd = 0, k;
     gdl_tensor *out, *idx = NULL;
-    gdl_node *n;
     const gdl_backend *be;
     GDL__LOWP1(opname, op, gdl__reduce_idx(opname, op, x, all, dim, keepdim, idx_out), x);
     if (gdl__check_in(opname, "x", x, 1) < 0) return NULL;
@@ -36,15 +50,8 @@ static gdl_tensor *gdl__reduce_idx(const char *opname, int op, gdl_tensor *x, in
     if (out->numel && be->k.reduce(gdl__op(op)->kernel, outer, nred, inner, GDL__R(x), GDL__R(out),
                                  idx ? (int32_t *)idx->data : NULL, 0) < 0)
         return NULL;
-    n = gdl__record(opname, op, out, 1, &x, &err);
-    if (err) return NULL;
-    if (n) {
-        n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
-        n->i[3] = all ? -1 : d; /* the dim reduced (-1: all), for gdl_export_onnx */
-        n->saved[0] = idx;
-    }
     if (idx_out) *idx_out = idx;
-    return gdl__finish(opname, out);
+    return gdl__finish_split(opname, op, out, x, outer, nred, inner, all ? -1 : d, idx);
 }
 static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int all, int dim, int keepdim) {
     return gdl__reduce_idx(opname, op, x, all, dim, keepdim, NULL);
@@ -113,22 +120,15 @@ GPUDL_API gdl_tensor *gdl_argmax(gdl_tensor *x, int dim) {
 
 static gdl_tensor *gdl__softmax(const char *opname, int op, gdl_tensor *x, int dim) {
     int64_t outer, nred, inner;
-    int d, err;
+    int d;
     gdl_tensor *out;
-    gdl_node *n;
     const gdl_backend *be;
     GDL__LOWP1(opname, op, gdl__softmax(opname, op, x, dim), x);
     if (gdl__check_in(opname, "x", x, 1) < 0 || gdl__dim(opname, x, dim, &d) < 0) return NULL;
     gdl__split(x, d, &outer, &nred, &inner);
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
     if (out->numel && be->k.softmax(op == GDL_OP_LOG_SOFTMAX, outer, nred, inner, GDL__R(x), GDL__R(out)) < 0) return NULL;
-    n = gdl__record(opname, op, out, 1, &x, &err);
-    if (err) return NULL;
-    if (n) {
-        n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
-        n->i[3] = d; /* the dim, for gdl_export_onnx */
-    }
-    return gdl__finish(opname, out);
+    return gdl__finish_split(opname, op, out, x, outer, nred, inner, d, NULL);
 }
 
 static int gdl__bw_softmax(gdl_node *n, const gdl_backend *be) {
@@ -145,9 +145,8 @@ GPUDL_API gdl_tensor *gdl_log_softmax(gdl_tensor *x, int dim) { return gdl__soft
 GPUDL_API gdl_tensor *gdl_cumsum(gdl_tensor *x, int dim) {
     const char *op = "gdl_cumsum";
     int64_t outer, nred, inner;
-    int d, err;
+    int d;
     gdl_tensor *out;
-    gdl_node *n;
     const gdl_backend *be;
     GDL__LOWP1(op, GDL_OP_CUMSUM, gdl_cumsum(x, dim), x);
     if (gdl__check_in(op, "x", x, 1) < 0) return NULL;
@@ -164,13 +163,7 @@ GPUDL_API gdl_tensor *gdl_cumsum(gdl_tensor *x, int dim) {
     }
     if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
     if (out->numel && be->k.cumsum(outer, nred, inner, GDL__R(x), GDL__R(out), 0, 0) < 0) return NULL;
-    n = gdl__record(op, GDL_OP_CUMSUM, out, 1, &x, &err);
-    if (err) return NULL;
-    if (n) {
-        n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
-        n->i[3] = d; /* the dim, for gdl_export_onnx */
-    }
-    return gdl__finish(op, out);
+    return gdl__finish_split(op, GDL_OP_CUMSUM, out, x, outer, nred, inner, d, NULL);
 }
 
 /* the gradient of a prefix sum is the suffix sum of the gradient */

@@ -7,9 +7,8 @@
 GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
     const char *op = "gdl_concat";
     int64_t shape[GDL_MAX_DIMS], outer, nd0, inner, total, off = 0;
-    int k, j, d, err;
+    int k, j, d;
     gdl_tensor *out;
-    gdl_node *n;
     const gdl_backend *be;
     gdl_dtype dt = GDL_F32;
     if (count < 1 || !xs) {
@@ -77,10 +76,7 @@ GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
             return NULL;
         off += nd0 * inner;
     }
-    n = gdl__record(op, GDL_OP_CONCAT, out, count, xs, &err);
-    if (err) return NULL;
-    if (n) n->i[0] = d;
-    return gdl__finish(op, out);
+    return gdl__finish_with(op, GDL_OP_CONCAT, out, count, xs, d);
 }
 
 static int gdl__bw_concat(gdl_node *n, const gdl_backend *be) {
@@ -367,9 +363,8 @@ static void gdl__gather_istr(int op, int d, int nd, const int64_t *shape, int64_
 
 static gdl_tensor *gdl__gather_op(const char *opname, int op, gdl_tensor *x, int dim, gdl_tensor *index) {
     int64_t shape[GDL_MAX_DIMS], xstr[GDL_MAX_DIMS], istr[GDL_MAX_DIMS];
-    int d, k, err;
+    int d, k;
     gdl_tensor *out, *in[2];
-    gdl_node *n;
     const gdl_backend *be;
     if (gdl__check_two(opname, "x", x, 0, "index", index, 0) < 0 || gdl__dim(opname, x, dim, &d) < 0) return NULL;
     if (index->dtype != GDL_I32) {
@@ -402,10 +397,7 @@ static gdl_tensor *gdl__gather_op(const char *opname, int op, gdl_tensor *x, int
         return NULL;
     in[0] = x;
     in[1] = index;
-    n = gdl__record(opname, op, out, 2, in, &err);
-    if (err) return NULL;
-    if (n) n->i[0] = d;
-    return gdl__finish(opname, out);
+    return gdl__finish_with(opname, op, out, 2, in, d);
 }
 
 /* scatter-add into f32: x's own gradient, or an f32 sum added to a bf16/f16 one with one rounding */
@@ -547,9 +539,7 @@ static int gdl__bw_where(gdl_node *n, const gdl_backend *be) {
 
 static gdl_tensor *gdl__tri_op(const char *opname, int op, gdl_tensor *x, int64_t k) {
     int64_t R, C;
-    int err;
     gdl_tensor *out;
-    gdl_node *n;
     const gdl_backend *be;
     if (gdl__check_in(opname, "x", x, 0) < 0) return NULL;
     if (!gdl__is_float(x->dtype) || x->ndim < 2) {
@@ -562,10 +552,7 @@ static gdl_tensor *gdl__tri_op(const char *opname, int op, gdl_tensor *x, int64_
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, x->shape, x->dtype, x->device))) return NULL;
     if (out->numel && be->k.tri(x->dtype, op == GDL_OP_TRIU, x->numel / (R * C), R, C, k, x->data, out->data, 0) < 0)
         return NULL;
-    n = gdl__record(opname, op, out, 1, &x, &err);
-    if (err) return NULL;
-    if (n) n->i[0] = k;
-    return gdl__finish(opname, out);
+    return gdl__finish_with(opname, op, out, 1, &x, k);
 }
 
 static int gdl__bw_tri(gdl_node *n, const gdl_backend *be) {

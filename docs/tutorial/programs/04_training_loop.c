@@ -9,6 +9,7 @@
    loop is the same. */
 #define GPUDL_IMPLEMENTATION
 #include "../../../gpudl.h"
+#include "fashion_data.h"
 
 #define EPOCHS 3
 #define TRAIN_IMAGES 6000
@@ -16,9 +17,8 @@
 
 int main(void) {
     gdl_device dev = gdl_default_device();
-    gdl_dataset *train_all = NULL, *test_all = NULL, *train = NULL, *test = NULL;
+    gdl_dataset *train = NULL, *test = NULL;
     gdl_loader *train_loader = NULL, *test_loader = NULL;
-    gdl_loader_opts lo = gdl_loader_defaults();
     gdl_module *model = NULL, *layers[4];
     gdl_optimizer *opt = NULL;
     int epoch, rc = 1;
@@ -26,17 +26,10 @@ int main(void) {
     gdl_manual_seed(0);
     printf("device: %s\n", gdl_device_str(dev));
 
-    /* data: NULL searches $GPUDL_DATA, ./data, /usr/share/datasets/fashion-mnist */
-    if (!(train_all = gdl_dataset_fashion_mnist(NULL, 1)) || !(test_all = gdl_dataset_fashion_mnist(NULL, 0)) ||
-        !(train = gdl_dataset_subset(train_all, 0, TRAIN_IMAGES)) || !(test = gdl_dataset_subset(test_all, 0, TEST_IMAGES)))
+    /* data (fashion_data.h): the first images of the training and test sets, a loader over each */
+    if (!(train = fashion_slice(1, 0, TRAIN_IMAGES)) || !(test = fashion_slice(0, 0, TEST_IMAGES)) ||
+        !(train_loader = fashion_loader(train, 64, 1, dev)) || !(test_loader = fashion_loader(test, 500, 0, dev)))
         goto fail;
-    lo.batch_size = 64;
-    lo.shuffle = 1;
-    lo.device = dev;
-    if (!(train_loader = gdl_loader_new(train, &lo))) goto fail;
-    lo.shuffle = 0;
-    lo.batch_size = 500;
-    if (!(test_loader = gdl_loader_new(test, &lo))) goto fail;
 
     /* the model: nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10)) */
     layers[0] = gdl_nn_flatten(1);
@@ -86,7 +79,7 @@ fail:
     gdl_module_free(model);
     gdl_loader_free(train_loader);
     gdl_loader_free(test_loader);
-    gdl_dataset_free(train), gdl_dataset_free(test), gdl_dataset_free(train_all), gdl_dataset_free(test_all);
+    gdl_dataset_free(train), gdl_dataset_free(test);
     gdl_shutdown();
     return rc;
 }

@@ -11,14 +11,14 @@
    dropout keeps it eager, with one notice). */
 #define GPUDL_IMPLEMENTATION
 #include "../../../gpudl.h"
+#include "fashion_data.h"
 
 #define EPOCHS 3
 
 int main(void) {
     gdl_device dev = gdl_default_device();
-    gdl_dataset *train_all = NULL, *test_all = NULL, *train = NULL, *val = NULL, *test = NULL;
+    gdl_dataset *train = NULL, *val = NULL, *test = NULL;
     gdl_loader *train_loader = NULL, *val_loader = NULL, *test_loader = NULL;
-    gdl_loader_opts lo = gdl_loader_defaults();
     gdl_fit_opts fo = gdl_fit_defaults();
     gdl_epoch_stats history[EPOCHS];
     gdl_module *model = NULL, *layers[7];
@@ -28,17 +28,11 @@ int main(void) {
     int e, rc = 1;
     setvbuf(stdout, NULL, _IOLBF, 0);
     gdl_manual_seed(0);
-    if (!(train_all = gdl_dataset_fashion_mnist(NULL, 1)) || !(test_all = gdl_dataset_fashion_mnist(NULL, 0)) ||
-        !(train = gdl_dataset_subset(train_all, 0, 6000)) || !(val = gdl_dataset_subset(train_all, 6000, 1000)) ||
-        !(test = gdl_dataset_subset(test_all, 0, 2000)))
+    /* data (fashion_data.h, as in chapter 4); the 1,000 training images after the first 6,000: validation */
+    if (!(train = fashion_slice(1, 0, 6000)) || !(val = fashion_slice(1, 6000, 1000)) ||
+        !(test = fashion_slice(0, 0, 2000)) || !(train_loader = fashion_loader(train, 64, 1, dev)) ||
+        !(val_loader = fashion_loader(val, 500, 0, dev)) || !(test_loader = fashion_loader(test, 500, 0, dev)))
         goto fail;
-    lo.batch_size = 64;
-    lo.shuffle = 1;
-    lo.device = dev;
-    if (!(train_loader = gdl_loader_new(train, &lo))) goto fail;
-    lo.shuffle = 0;
-    lo.batch_size = 500;
-    if (!(val_loader = gdl_loader_new(val, &lo)) || !(test_loader = gdl_loader_new(test, &lo))) goto fail;
 
     layers[0] = gdl_nn_flatten(1);
     layers[1] = gdl_nn_linear(784, 128, 1);
@@ -78,7 +72,6 @@ fail:
     gdl_module_free(model);
     gdl_loader_free(train_loader), gdl_loader_free(val_loader), gdl_loader_free(test_loader);
     gdl_dataset_free(train), gdl_dataset_free(val), gdl_dataset_free(test);
-    gdl_dataset_free(train_all), gdl_dataset_free(test_all);
     gdl_shutdown();
     return rc;
 }

@@ -17,6 +17,7 @@
    trains on cuda:0 and both exports read its weights back to the host. */
 #define GPUDL_IMPLEMENTATION
 #include "../../../gpudl.h"
+#include "fashion_data.h"
 
 #define EPOCHS 2
 #define TRAIN_IMAGES 2000
@@ -60,9 +61,8 @@ out:
 
 int main(void) {
     gdl_device dev = gdl_default_device();
-    gdl_dataset *train_all = NULL, *test_all = NULL, *train_set = NULL, *test_set = NULL;
+    gdl_dataset *train_set = NULL, *test_set = NULL;
     gdl_loader *train_loader = NULL, *test_loader = NULL, *calib_loader = NULL;
-    gdl_loader_opts lo = gdl_loader_defaults();
     gdl_module *model = NULL, *layers[4], *prepared = NULL, *q = NULL;
     gdl_tensor *zero = NULL, *out;
     gdl_onnx_opts oo = gdl_onnx_defaults();
@@ -73,17 +73,12 @@ int main(void) {
     int k, rc = 1;
     setvbuf(stdout, NULL, _IOLBF, 0);
     gdl_manual_seed(0);
-    if (!(train_all = gdl_dataset_fashion_mnist(NULL, 1)) || !(test_all = gdl_dataset_fashion_mnist(NULL, 0)) ||
-        !(train_set = gdl_dataset_subset(train_all, 0, TRAIN_IMAGES)) ||
-        !(test_set = gdl_dataset_subset(test_all, 0, TEST_IMAGES)))
+    /* data (fashion_data.h, as in chapter 4); the calibration reads training images in order */
+    if (!(train_set = fashion_slice(1, 0, TRAIN_IMAGES)) || !(test_set = fashion_slice(0, 0, TEST_IMAGES)) ||
+        !(train_loader = fashion_loader(train_set, 32, 1, dev)) ||
+        !(test_loader = fashion_loader(test_set, 500, 0, dev)) ||
+        !(calib_loader = fashion_loader(train_set, 500, 0, dev)))
         goto fail;
-    lo.batch_size = 32;
-    lo.shuffle = 1;
-    lo.device = dev;
-    if (!(train_loader = gdl_loader_new(train_set, &lo))) goto fail;
-    lo.shuffle = 0;
-    lo.batch_size = 500;
-    if (!(test_loader = gdl_loader_new(test_set, &lo)) || !(calib_loader = gdl_loader_new(train_set, &lo))) goto fail;
     layers[0] = gdl_nn_flatten(1);
     layers[1] = gdl_nn_linear(784, 64, 1);
     layers[2] = gdl_nn_relu();
@@ -141,8 +136,6 @@ fail:
     gdl_loader_free(calib_loader);
     gdl_dataset_free(train_set);
     gdl_dataset_free(test_set);
-    gdl_dataset_free(train_all);
-    gdl_dataset_free(test_all);
     gdl_shutdown();
     return rc;
 }
