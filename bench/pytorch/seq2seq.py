@@ -199,9 +199,9 @@ def main():
               "log_interval", "eval_interval", "eval_pairs", "beam"):
         c[k] = int(c[k])
     model = Seq2Seq(c)
-    model.load_state_dict(weights, strict=True)
-    if args.float64:
+    if args.float64:  # before loading: a float32 model would round a float64 --save-init file's weights
         model.double()
+    model.load_state_dict(weights, strict=True)
     opt = adamw_two_groups(model, c)
     steps = min(args.steps or c["steps"], c["steps"])
     print(f"seq2seq.py (torch {torch.__version__}, {args.threads} threads): nn.Transformer width {c['d_model']}, "
