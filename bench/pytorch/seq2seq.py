@@ -10,7 +10,8 @@ exact-match and character-accuracy lines.
     build/seq2seq --steps 100 --log-interval 1 --save-init build/init.safetensors --dump-batches build/b.safetensors
     python3 bench/pytorch/seq2seq.py build/init.safetensors build/b.safetensors [--threads 2]
 
-bench/compare_seq2seq.sh runs both on the CPU and compares them.
+bench/compare_seq2seq.sh runs both on the CPU and compares them; with FLOAT64=1 both train in float64 (seq2seq built
+with -DGPUDL_DOUBLE, this with --float64), where every printed loss must be the same.
 """
 import time
 import warnings
@@ -187,7 +188,8 @@ def figures(model, b, c, width):
 def main():
     ap = twin_args("seq2seq", __doc__)
     ap.add_argument("--float64", action="store_true",
-                    help="train in float64 (the rounding noise of float32 training: compare its losses with float32's)")
+                    help="train in float64: float32's rounding noise (compare the losses with float32's); "
+                         "from a -DGPUDL_DOUBLE seq2seq's files, the same training as that one's")
     args = ap.parse_args()
     # nn.Transformer notes that norm_first rules out its nested-tensor fast path: known, and not wanted here
     warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
@@ -199,9 +201,9 @@ def main():
               "log_interval", "eval_interval", "eval_pairs", "beam"):
         c[k] = int(c[k])
     model = Seq2Seq(c)
-    model.load_state_dict(weights, strict=True)
-    if args.float64:
+    if args.float64:  # before loading: a float32 model would round a float64 --save-init file's weights
         model.double()
+    model.load_state_dict(weights, strict=True)
     opt = adamw_two_groups(model, c)
     steps = min(args.steps or c["steps"], c["steps"])
     print(f"seq2seq.py (torch {torch.__version__}, {args.threads} threads): nn.Transformer width {c['d_model']}, "
