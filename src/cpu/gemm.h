@@ -912,8 +912,8 @@ static void gdl__gelu_rows(const gdl_real *x, gdl_real *y, int64_t n); /* exact 
 /* One row of the epilogue without an activation other than ReLU: c = c + (bias ? bias[j] : b), pre = c,
    then the ReLU (relu set), in vectors on the SIMD paths (on a K of 128 the scalar loop cost a quarter of
    the tile's multiply-adds), each lane the scalar loop's arithmetic */
-static void gdl__gemm_epi_row(gdl_real *GDL__RESTRICT c, gdl_real *GDL__RESTRICT pre, const gdl_real *GDL__RESTRICT bias,
-                              int add, gdl_real b, int relu, int n) {
+static void gdl__gemm_epi_row(gdl_real *GDL__RESTRICT c, gdl_real *GDL__RESTRICT pre,
+                              const gdl_real *GDL__RESTRICT bias, int add, gdl_real b, int relu, int n) {
     int j = 0;
 #if defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_AVX2)
 #ifdef GDL__GEMM_AVX512
@@ -931,7 +931,7 @@ static void gdl__gemm_epi_row(gdl_real *GDL__RESTRICT c, gdl_real *GDL__RESTRICT
         if (bias) v = GDL__EPI(add_ps)(v, GDL__EPI(loadu_ps)(bias + j));
         else if (add) v = GDL__EPI(add_ps)(v, vb);
         if (pre) GDL__EPI(storeu_ps)(pre + j, v);
-        if (relu) v = GDL__EPI(max_ps)(v, zero); /* v > 0 ? v : 0, as below: max returns its second operand unless v > 0 */
+        if (relu) v = GDL__EPI(max_ps)(v, zero); /* v > 0 ? v : 0: max returns its second operand unless v > 0 */
         GDL__EPI(storeu_ps)(c + j, v);
     }
 #undef GDL__EPI_W
