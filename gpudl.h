@@ -13137,13 +13137,31 @@ typedef struct gdl__attn_ctx {
 
 static int64_t gdl__attn_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
+#if defined(__AVX2__) && (defined(__FMA__) || defined(_MSC_VER)) && !defined(GPUDL_DOUBLE)
+#include <immintrin.h>
+#define GDL__ATTN_AVX2 1 /* MSVC's /arch:AVX2 implies FMA but defines no __FMA__ */
+#endif
+
+/* d[0:w) = s[0:w) (+ d[0:w) with add), one row of a tile: a head's 32 reals, whose memcpy call cost more than
+   the copy (a tenth of the backward) */
+static void gdl__attn_row(gdl_real *GDL__RESTRICT d, const gdl_real *GDL__RESTRICT s, int64_t w, int add) {
+    int64_t i = 0;
+#ifdef GDL__ATTN_AVX2
+    for (; i + 8 <= w; i += 8)
+        _mm256_storeu_ps(d + i, add ? _mm256_add_ps(_mm256_loadu_ps(d + i), _mm256_loadu_ps(s + i)) : _mm256_loadu_ps(s + i));
+#endif
+    for (; i < w; i++) d[i] = add ? d[i] + s[i] : s[i];
+}
+
 /* n rows of w elements of src (dtype dt) from element off, row apart (gdl_attn_geom's qrow ...), into buf
    as n rows of w reals: one run when the rows touch */
 static void gdl__attn_get(gdl_dtype dt, const void *src, int64_t off, int64_t row, int64_t n, int64_t w, gdl_real *buf) {
     int64_t r;
     if (dt == GDL_F32) { /* a copy (gdl__lp_get's strided loop is several times slower) */
-        for (r = 0; r < (row == w ? 1 : n); r++)
-            memcpy(buf + r * w, (const gdl_real *)src + off + r * row, sizeof(gdl_real) * (size_t)(row == w ? n * w : w));
+        if (row == w)
+            memcpy(buf, (const gdl_real *)src + off, sizeof(gdl_real) * (size_t)(n * w));
+        else
+            for (r = 0; r < n; r++) gdl__attn_row(buf + r * w, (const gdl_real *)src + off + r * row, w, 0);
         return;
     }
     if (row == w) {
@@ -13156,6 +13174,10 @@ static void gdl__attn_get(gdl_dtype dt, const void *src, int64_t off, int64_t ro
 /* the n rows of w reals in buf stored to dst (dtype dt, rounded once) at element off, row apart */
 static void gdl__attn_put(gdl_dtype dt, void *dst, int64_t off, int64_t row, int64_t n, int64_t w, const gdl_real *buf) {
     int64_t r;
+    if (dt == GDL_F32 && row != w) {
+        for (r = 0; r < n; r++) gdl__attn_row((gdl_real *)dst + off + r * row, buf + r * w, w, 0);
+        return;
+    }
     if (row == w) {
         gdl__lp_put(dt, dst, off, n * w, buf);
         return;
@@ -13167,6 +13189,10 @@ static void gdl__attn_put(gdl_dtype dt, void *dst, int64_t off, int64_t row, int
 static void gdl__attn_acc(gdl_dtype dt, void *dst, int64_t off, int64_t row, int64_t n, int64_t w, const gdl_real *buf,
                           gdl_real *tmp) {
     int64_t i;
+    if (dt == GDL_F32) { /* dst + buf in place: the same sum */
+        for (i = 0; i < n; i++) gdl__attn_row((gdl_real *)dst + off + i * row, buf + i * w, w, 1);
+        return;
+    }
     gdl__attn_get(dt, dst, off, row, n, w, tmp);
     for (i = 0; i < n * w; i++) tmp[i] += buf[i];
     gdl__attn_put(dt, dst, off, row, n, w, tmp);
@@ -13182,11 +13208,6 @@ static void gdl__attn_turn(const gdl_real *a, int64_t n, int64_t D, gdl_real *at
         for (; j < GDL__ATTN_T; j++) at[e * GDL__ATTN_T + j] = 0;
     }
 }
-
-#if defined(__AVX2__) && (defined(__FMA__) || defined(_MSC_VER)) && !defined(GPUDL_DOUBLE)
-#include <immintrin.h>
-#define GDL__ATTN_AVX2 1 /* MSVC's /arch:AVX2 implies FMA but defines no __FMA__ */
-#endif
 
 /* a + x y rounded as gdl__attn_mm rounds it (one rounding on the AVX2 path), so that delta = rowsum(dO * O)
    cancels dP = dO V^T exactly where O is V's row (a query that one key takes part in: dS is then 0, not
