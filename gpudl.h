@@ -13226,6 +13226,7 @@ static void gdl__attn_turn(const gdl_real *a, int64_t n, int64_t D, gdl_real *at
 static void gdl__attn_mm_plain(int64_t r0, int64_t r1, int64_t j0, int64_t j1, int64_t k, const gdl_real *a, int64_t ars,
                                int64_t acs, const gdl_real *b, int64_t ldb, gdl_real *c, int64_t ldc) {
     int64_t r, p, j;
+    if (j1 <= j0) return; /* no columns left: without this, the loops over r and p read a for nothing */
     for (r = r0; r < r1; r++)
         for (p = 0; p < k; p++) {
             const gdl_real x = a[r * ars + p * acs], *bp = b + p * ldb;
