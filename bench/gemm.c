@@ -89,6 +89,14 @@ static const shape shapes[] = {
     {"lstm hh  gh=h.Whh^T", 0, 1, 128, 512, 128},
     {"lstm hh  dh=gy.Whh", 0, 0, 128, 128, 512},
     {"lstm hh dW=gy^T.h", 1, 0, 512, 128, 128},
+    /* examples/seq2seq.c's default Transformer (width 128, ff 512), the decoder's 64 x 21 rows */
+    {"s2s qkv  y=x.Wqkv^T", 0, 1, 1344, 384, 128},
+    {"s2s fc   y=x.Wfc^T", 0, 1, 1344, 512, 128},
+    {"s2s proj y=h.Wp^T", 0, 1, 1344, 128, 512},
+    {"s2s fc dW=gy^T.x", 1, 0, 512, 128, 1344},
+    {"s2s proj dW=gy^T.h", 1, 0, 128, 512, 1344},
+    {"s2s fc  dx=gy.W", 0, 0, 1344, 128, 512},
+    {"s2s proj dh=gy.Wp", 0, 0, 1344, 512, 128},
 };
 #define NSHAPES (int)(sizeof shapes / sizeof shapes[0])
 

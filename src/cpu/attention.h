@@ -46,13 +46,31 @@ typedef struct gdl__attn_ctx {
 
 static int64_t gdl__attn_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
+#if defined(__AVX2__) && (defined(__FMA__) || defined(_MSC_VER)) && !defined(GPUDL_DOUBLE)
+#include <immintrin.h>
+#define GDL__ATTN_AVX2 1 /* MSVC's /arch:AVX2 implies FMA but defines no __FMA__ */
+#endif
+
+/* d[0:w) = s[0:w) (+ d[0:w) with add), one row of a tile: a head's 32 reals, whose memcpy call cost more than
+   the copy (a tenth of the backward) */
+static void gdl__attn_row(gdl_real *GDL__RESTRICT d, const gdl_real *GDL__RESTRICT s, int64_t w, int add) {
+    int64_t i = 0;
+#ifdef GDL__ATTN_AVX2
+    for (; i + 8 <= w; i += 8)
+        _mm256_storeu_ps(d + i, add ? _mm256_add_ps(_mm256_loadu_ps(d + i), _mm256_loadu_ps(s + i)) : _mm256_loadu_ps(s + i));
+#endif
+    for (; i < w; i++) d[i] = add ? d[i] + s[i] : s[i];
+}
+
 /* n rows of w elements of src (dtype dt) from element off, row apart (gdl_attn_geom's qrow ...), into buf
    as n rows of w reals: one run when the rows touch */
 static void gdl__attn_get(gdl_dtype dt, const void *src, int64_t off, int64_t row, int64_t n, int64_t w, gdl_real *buf) {
     int64_t r;
     if (dt == GDL_F32) { /* a copy (gdl__lp_get's strided loop is several times slower) */
-        for (r = 0; r < (row == w ? 1 : n); r++)
-            memcpy(buf + r * w, (const gdl_real *)src + off + r * row, sizeof(gdl_real) * (size_t)(row == w ? n * w : w));
+        if (row == w)
+            memcpy(buf, (const gdl_real *)src + off, sizeof(gdl_real) * (size_t)(n * w));
+        else
+            for (r = 0; r < n; r++) gdl__attn_row(buf + r * w, (const gdl_real *)src + off + r * row, w, 0);
         return;
     }
     if (row == w) {
@@ -65,6 +83,10 @@ static void gdl__attn_get(gdl_dtype dt, const void *src, int64_t off, int64_t ro
 /* the n rows of w reals in buf stored to dst (dtype dt, rounded once) at element off, row apart */
 static void gdl__attn_put(gdl_dtype dt, void *dst, int64_t off, int64_t row, int64_t n, int64_t w, const gdl_real *buf) {
     int64_t r;
+    if (dt == GDL_F32 && row != w) {
+        for (r = 0; r < n; r++) gdl__attn_row((gdl_real *)dst + off + r * row, buf + r * w, w, 0);
+        return;
+    }
     if (row == w) {
         gdl__lp_put(dt, dst, off, n * w, buf);
         return;
@@ -76,6 +98,10 @@ static void gdl__attn_put(gdl_dtype dt, void *dst, int64_t off, int64_t row, int
 static void gdl__attn_acc(gdl_dtype dt, void *dst, int64_t off, int64_t row, int64_t n, int64_t w, const gdl_real *buf,
                           gdl_real *tmp) {
     int64_t i;
+    if (dt == GDL_F32) { /* dst + buf in place: the same sum */
+        for (i = 0; i < n; i++) gdl__attn_row((gdl_real *)dst + off + i * row, buf + i * w, w, 1);
+        return;
+    }
     gdl__attn_get(dt, dst, off, row, n, w, tmp);
     for (i = 0; i < n * w; i++) tmp[i] += buf[i];
     gdl__attn_put(dt, dst, off, row, n, w, tmp);
@@ -92,11 +118,6 @@ static void gdl__attn_turn(const gdl_real *a, int64_t n, int64_t D, gdl_real *at
     }
 }
 
-#if defined(__AVX2__) && (defined(__FMA__) || defined(_MSC_VER)) && !defined(GPUDL_DOUBLE)
-#include <immintrin.h>
-#define GDL__ATTN_AVX2 1 /* MSVC's /arch:AVX2 implies FMA but defines no __FMA__ */
-#endif
-
 /* a + x y rounded as gdl__attn_mm rounds it (one rounding on the AVX2 path), so that delta = rowsum(dO * O)
    cancels dP = dO V^T exactly where O is V's row (a query that one key takes part in: dS is then 0, not
    rounding noise) */
@@ -109,11 +130,12 @@ static void gdl__attn_turn(const gdl_real *a, int64_t n, int64_t D, gdl_real *at
 /* c[r*ldc + j] += sum over p < k of A(r,p) b[p*ldb + j] (r < m, j < n), A(r,p) = a[r*ars + p*acs]: every
    product of the tiles (q k^T, P V, dS K, P^T dO, dS^T Q; ars 1 reads a turned). Each element sums over p
    in order on every path. The AVX2 path keeps a block of 4 rows x 16 columns in registers (a plain loop
-   keeps its sums in memory: a load and a store per multiply-add), AVX-512 4 x 32; the rest runs the plain
-   loop. */
+   keeps its sums in memory: a load and a store per multiply-add), AVX-512 4 x 32, and the rows past the
+   last multiple of 4 one at a time; columns past the last multiple of 16 run the plain loop. */
 static void gdl__attn_mm_plain(int64_t r0, int64_t r1, int64_t j0, int64_t j1, int64_t k, const gdl_real *a, int64_t ars,
                                int64_t acs, const gdl_real *b, int64_t ldb, gdl_real *c, int64_t ldc) {
     int64_t r, p, j;
+    if (j1 <= j0) return; /* no columns left: without this, the loops over r and p read a for nothing */
     for (r = r0; r < r1; r++)
         for (p = 0; p < k; p++) {
             const gdl_real x = a[r * ars + p * acs], *bp = b + p * ldb;
@@ -159,13 +181,33 @@ static void gdl__attn_mm_plain(int64_t r0, int64_t r1, int64_t j0, int64_t j1, i
         P##_storeu_ps(c3, s30);                                                                                      \
         P##_storeu_ps(c3 + W, s31);                                                                                  \
     }
+/* ... and of 1 row x 2W columns: the rows past the last multiple of 4 (a sequence of 21 has one), each
+   element the same fused multiply-add per step as in the 4-row block (the plain loop rounds the product
+   and the sum apart, and with a load and a store per multiply-add it took as long as all the other rows) */
+#define GDL__ATTN_MM_ROW(name, V, P, W, SET1)                                                                       \
+    static void name(int64_t r, int64_t j, int64_t k, const gdl_real *a, int64_t ars, int64_t acs, const gdl_real *b, \
+                     int64_t ldb, gdl_real *c, int64_t ldc) {                                                        \
+        gdl_real *c0 = c + r * ldc + j;                                                                              \
+        const gdl_real *a0 = a + r * ars;                                                                            \
+        V s00 = P##_loadu_ps(c0), s01 = P##_loadu_ps(c0 + W);                                                       \
+        int64_t p;                                                                                                   \
+        for (p = 0; p < k; p++) {                                                                                    \
+            const V x = SET1(a0 + p * acs);                                                                          \
+            s00 = P##_fmadd_ps(x, P##_loadu_ps(b + p * ldb + j), s00);                                              \
+            s01 = P##_fmadd_ps(x, P##_loadu_ps(b + p * ldb + j + W), s01);                                          \
+        }                                                                                                            \
+        P##_storeu_ps(c0, s00);                                                                                      \
+        P##_storeu_ps(c0 + W, s01);                                                                                  \
+    }
 #ifdef GDL__ATTN_AVX2
 GDL__ATTN_MM_BLOCK(gdl__attn_mm_4x16, __m256, _mm256, 8, _mm256_broadcast_ss)
+GDL__ATTN_MM_ROW(gdl__attn_mm_1x16, __m256, _mm256, 8, _mm256_broadcast_ss)
 #endif
 #if defined(GDL__ATTN_AVX2) && defined(__AVX512F__)
 #define GDL__ATTN_AVX512 1
 #define GDL__ATTN_SET1_512(p) _mm512_set1_ps(*(p))
 GDL__ATTN_MM_BLOCK(gdl__attn_mm_4x32, __m512, _mm512, 16, GDL__ATTN_SET1_512)
+GDL__ATTN_MM_ROW(gdl__attn_mm_1x32, __m512, _mm512, 16, GDL__ATTN_SET1_512)
 #endif
 
 static void gdl__attn_mm(int64_t m, int64_t n, int64_t k, const gdl_real *a, int64_t ars, int64_t acs, const gdl_real *b,
@@ -179,18 +221,27 @@ static void gdl__attn_mm(int64_t m, int64_t n, int64_t k, const gdl_real *a, int
     n32 = n / 32 * 32;
     for (r = 0; r < m4; r += 4)
         for (j = 0; j < n32; j += 32) gdl__attn_mm_4x32(r, j, k, a, ars, acs, b, ldb, c, ldc);
+    for (r = m4; r < m; r++)
+        for (j = 0; j < n32; j += 32) gdl__attn_mm_1x32(r, j, k, a, ars, acs, b, ldb, c, ldc);
 #endif
     for (r = 0; r < m4; r += 4)
         for (j = n32; j < n16; j += 16) gdl__attn_mm_4x16(r, j, k, a, ars, acs, b, ldb, c, ldc);
+    for (r = m4; r < m; r++)
+        for (j = n32; j < n16; j += 16) gdl__attn_mm_1x16(r, j, k, a, ars, acs, b, ldb, c, ldc);
+    m4 = m; /* every row's columns [0, n16) done */
 #endif
     gdl__attn_mm_plain(0, m4, n16, n, k, a, ars, acs, b, ldb, c, ldc);
     gdl__attn_mm_plain(m4, m, 0, n, k, a, ars, acs, b, ldb, c, ldc);
 }
 
-/* out[r*T + j] = a_r . b_j for r < na and every j < T (a: rows of D; bt: b turned, zero past its rows) */
-static void gdl__attn_rowdots(const gdl_real *a, int64_t na, const gdl_real *bt, int64_t D, gdl_real *out) {
+/* out[r*T + j] = a_r . b_j for r < na and j < nb rounded up to 16 (a: rows of D; bt: b turned, zero past its
+   nb rows); the rest of each row of T is 0 (and is not read: a tile of 16 keys, a sequence of 16, computes
+   half the columns) */
+static void gdl__attn_rowdots(const gdl_real *a, int64_t na, const gdl_real *bt, int64_t nb, int64_t D,
+                             gdl_real *out) {
+    const int64_t n = (nb + 15) / 16 * 16 < GDL__ATTN_T ? (nb + 15) / 16 * 16 : GDL__ATTN_T;
     memset(out, 0, sizeof(gdl_real) * (size_t)(na * GDL__ATTN_T));
-    gdl__attn_mm(na, GDL__ATTN_T, D, a, D, 1, bt, GDL__ATTN_T, out, GDL__ATTN_T);
+    gdl__attn_mm(na, n, D, a, D, 1, bt, GDL__ATTN_T, out, GDL__ATTN_T);
 }
 
 /* a tile of scores: s = scale * q k^T plus the causal / mask terms (query rows from i0, keys from j0) */
@@ -199,7 +250,7 @@ static void gdl__attn_scores(const gdl__attn_ctx *c, const gdl_real *qb, int64_t
     const gdl_attn_geom *g = c->g;
     const gdl_real scale = (gdl_real)g->scale;
     int64_t r, j;
-    gdl__attn_rowdots(qb, nq, kt, g->E, s);
+    gdl__attn_rowdots(qb, nq, kt, nk, g->E, s);
     for (r = 0; r < nq; r++) {
         gdl_real *sr = s + r * GDL__ATTN_T;
         for (j = 0; j < nk; j++) sr[j] *= scale;
@@ -243,7 +294,7 @@ static void gdl__attn_pair(const gdl__attn_ctx *c, const gdl_real *qb, const gdl
                            const gdl_real *vt, int64_t nk, int64_t i0, int64_t j0, int64_t mb, const gdl_real *lse,
                            const gdl_real *D, gdl_real *s, gdl_real *dp) {
     gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
-    gdl__attn_rowdots(gb, nq, vt, c->g->Ev, dp);
+    gdl__attn_rowdots(gb, nq, vt, nk, c->g->Ev, dp);
     gdl__attn_ds(c, s, dp, nq, nk, lse, D);
 }
 
