@@ -375,10 +375,18 @@ GPUDL_API gdl_tensor *gdl_generate_square_subsequent_mask(int64_t T) {
     return t;
 }
 
-/* linear2(dropout(act(linear1(x)))) */
+/* linear2(dropout(act(linear1(x)))); linear1 and a named activation run as one gdl_linear_act where
+   Sequential would fuse them (gdl_nn_set_fusion: the same bits, one pass over the hidden layer fewer) */
 static gdl_tensor *gdl__tfm_ff(gdl__tfm_layer *u, gdl_tensor *x) {
-    if (!(x = gdl_forward(u->l1, x))) return NULL;
-    x = u->c.fn ? u->c.fn(x) : u->c.act == GDL_ACT_RELU ? gdl_relu(x) : gdl_gelu(x, u->c.act == GDL_ACT_GELU_TANH);
+    if (!u->c.fn && u->l1->kind == GDL__M_LINEAR && gdl__nn_fuse_ok(u->l1, x)) {
+        if (!(x = gdl__nn_forward_act(u->l1, x, u->c.act))) {
+            gdl__nn_fwd_error(u->l1);
+            return NULL;
+        }
+    } else {
+        if (!(x = gdl_forward(u->l1, x))) return NULL;
+        x = u->c.fn ? u->c.fn(x) : u->c.act == GDL_ACT_RELU ? gdl_relu(x) : gdl_gelu(x, u->c.act == GDL_ACT_GELU_TANH);
+    }
     return gdl_forward(u->l2, gdl_forward(u->drop, x));
 }
 
