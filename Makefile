@@ -508,6 +508,10 @@ test-cuda: | $(B)
 $(B)/bench_train: bench/train.c bench/bench_cpu.h gpudl.h | $(B)
 	$(CC) $(STD) -O3 -march=native bench/train.c -o $@ $(LIBS)
 
+# the LSTM / GRU of examples/text_classify.c, one training step (bench/compare_rnn.sh: beside PyTorch's)
+$(B)/bench_rnn_train: bench/rnn_train.c bench/bench_cpu.h gpudl.h | $(B)
+	$(CC) $(STD) -O3 -march=native bench/rnn_train.c -o $@ $(LIBS)
+
 # Fashion-MNIST to 92 % end to end (bench/pytorch/fmnist92.py is PyTorch's side)
 $(B)/fmnist92: bench/fmnist92.c examples/example_args.h gpudl.h | $(B)
 	$(CC) $(STD) $(WARN) -O3 -march=native $(ZFLAGS) $< -o $@ $(LIBS)
