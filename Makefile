@@ -93,6 +93,7 @@ SUITE = test_core:linked:plain:asan:cpup:win:warn:check \
         test_flops:whole:plain:asan:tsan:cpup:win:warn \
         test_gemm_kernels:cpup \
         test_gelu:whole:cpup \
+        test_rnn_gates:whole:plain:cpup \
         test_gemm_int8:cpup \
         test_transformer:linked:plain:asan:warn \
         test_torch_parity:linked:double:plain:asan:warn \

@@ -3674,7 +3674,7 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
        [B, G·H] the input and hidden pre-activations with their biases in, gate blocks of H in PyTorch's \
        order. LSTM (G = 4: i, f, g, o): hc [2, B, H] gets h' = o·tanh(c') then c' = f·c_prev + i·g. GRU \
        (G = 3: r, z, n): h [B, H] gets (1−z)·n + z·h_prev with n = tanh(gx_n + r·gh_n). Arithmetic in \
-       double, one rounding on store. The backwards recompute the gates from the same inputs (nothing \
+       f32, the CPU's and CUDA's alike to the bit (src/cpu/rnn.h; double in a GPUDL_DOUBLE build). The backwards recompute the gates from the same inputs (nothing \
        saved) and take the gradient of the output (dhc [2, B, H]: of h' then c'; dh [B, H]); dgx, dgh \
        [B, G·H] and dc_prev / dh_prev [B, H] +=, each may be NULL (gx and gh may be one tensor) */ \
     X(int, lstm_gates, (int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh, const gdl_real *c_prev, \
@@ -13659,13 +13659,14 @@ static void gdl__gru_gates_backward_part(gdl__args a, int64_t lo, int64_t hi) {
 /* In f32 (a GPUDL_DOUBLE build keeps the double code above): the gates' sigmoid and tanh from one exp
    polynomial (the GELU's, src/cpu/elementwise.h), e^x = m·2^k with |x - k·ln2| <= ln2/2, x clamped to
    [-87, 88] so 2^k stays a normal float and m·2^k is exact. sigmoid(v) = 1 / (1 + e^-v); tanh(v) for
-   |v| < 0.5625 is v + v^3·P(v^2) (a least-squares fit in double, coefficients rounded to float: within
-   0.7 ulp), else sign(v)·(1 - e^-2|v|) / (1 + e^-2|v|) (no cancellation there: e^-2|v| <= 1/3).
+   |v| < 0.5625 is v·(1 + v^2·P(v^2)) (P a least-squares fit in double, coefficients rounded to float), else sign(v)·(1 - e^-2|v|) / (1 + e^-2|v|) (no cancellation there: e^-2|v| <= 1/3).
    The vector loops (AVX-512, AVX2: GDL__GV) do exactly this arithmetic lane by lane: every a·b + c an
    explicit FMA (fmaf here: libm's where the target has no FMA, the same bits), no product ever added by
    a plain + or - (which the compiler could contract on one path and not another), the clamps in the
    vector min / max's order, both tanh branches computed and selected. So a value's bits depend neither
-   on the path nor on the thread count. A NaN input gives that NaN; +-inf saturates. */
+   on the path nor on the thread count. Against double (tests/test_rnn_gates.c, every 997th float): sigmoid
+   within 2.2 ulp, tanh within 1.5; a NaN input gives that NaN, +-inf saturates, sigmoid(v <= -88) stays at
+   1/(1 + e^88) = 6.1e-39 (the clamp). */
 #define GDL__RNN_EXP_LO -87.0f
 #define GDL__RNN_EXP_HI 88.0f
 #define GDL__RNN_TANH_T 0.5625f
@@ -13694,7 +13695,7 @@ static float gdl__rnn_tanh_f32(float v) {
     if (v != v) return v;
     if (a < GDL__RNN_TANH_T) {
         float v2 = v * v;
-        return fmaf(v * v2, gdl__gelu_poly(gdl__rnn_tanh_p, 5, v2), v);
+        return v * fmaf(v2, gdl__gelu_poly(gdl__rnn_tanh_p, 5, v2), 1.0f); /* v times: tanh(-0) = -0 */
     } else {
         float s, m = gdl__rnn_exp_m(-2.0f * a, &s);
         t = fmaf(-m, s, 1.0f) / fmaf(m, s, 1.0f);
@@ -13720,7 +13721,7 @@ static gdl__gv gdl__rnn_vsigmoid(gdl__gv v) {
 }
 static gdl__gv gdl__rnn_vtanh(gdl__gv v) {
     gdl__gv a = GDL__GV_ABS(v), v2 = GDL__GV(mul_ps)(v, v), s, m, big, small, y;
-    small = GDL__GV(fmadd_ps)(GDL__GV(mul_ps)(v, v2), gdl__gelu_vpoly(gdl__rnn_tanh_p, 5, v2), v);
+    small = GDL__GV(mul_ps)(v, GDL__GV(fmadd_ps)(v2, gdl__gelu_vpoly(gdl__rnn_tanh_p, 5, v2), GDL__GV1(1.0f)));
     m = gdl__rnn_vexp_m(GDL__GV(mul_ps)(GDL__GV1(-2.0f), a), &s);
     big = GDL__GV(div_ps)(GDL__GV(fnmadd_ps)(m, s, GDL__GV1(1.0f)), GDL__GV(fmadd_ps)(m, s, GDL__GV1(1.0f)));
     big = GDL__GV_SEL(GDL__GV_CMP(v, GDL__GV(setzero_ps)(), _CMP_LT_OQ), big, GDL__GV_FLIP(big));

@@ -4,6 +4,8 @@
 # (ours, PyTorch, ours, ...) on THREADS threads, REPEATS times; prints each run, the medians, the ratio
 # ours/PyTorch (below 1: gpudl is faster), the utilisation lines and the load average before and after.
 #   sh bench/compare_rnn.sh [lstm] [gru]     THREADS=1 REPEATS=3 TORCH_VENV=build/torch-venv (the defaults)
+#   BASE=PROGRAM: also an earlier build of bench/rnn_train.c (a copy of build/bench_rnn_train), interleaved
+#   with the two, for before / after on one busy machine
 set -e
 cd "$(dirname "$0")/.."
 nets=${*:-"lstm gru"}
@@ -18,6 +20,11 @@ runs="$reps interleaved runs per net"
 . bench/stats.sh
 for r in $(seq "$reps"); do
     for n in $nets; do
+        if [ -n "${BASE:-}" ]; then
+            GPUDL_NUM_THREADS="$threads" "$BASE" "$n" > "$tmp/out"
+            awk -v n="$n" '$1 == n {print $3}' "$tmp/out" >> "$tmp/base.$n"
+            echo "run $r $n: before (BASE) $(tail -1 "$tmp/base.$n") ms/step (load $(cut -d' ' -f1 /proc/loadavg))"
+        fi
         GPUDL_NUM_THREADS="$threads" "$ours" "$n" > "$tmp/out"
         awk -v n="$n" '$1 == n {print $3}' "$tmp/out" >> "$tmp/ours.$n"
         util "$tmp/out" > "$tmp/ours_util.$n"
@@ -39,6 +46,11 @@ for n in $nets; do
     awk -v n="$n" -v a="$(median "$tmp/ours.$n")" -v b="$(median "$tmp/torch.$n")" -v r="$(median "$tmp/ratio.$n")" \
         'BEGIN { printf "%-6s %13.3f %16.3f %13.2f %27.2f\n", n, a, b, a / b, r }'
 done
+if [ -n "${BASE:-}" ]; then
+    for n in $nets; do
+        echo "$n before (BASE): $(median "$tmp/base.$n") ms/step, after $(median "$tmp/ours.$n") (medians)"
+    done
+fi
 echo
 echo "utilisation, the last run (FLOPs of a step: gdl_flops_count's, for both sides)"
 for n in $nets; do
