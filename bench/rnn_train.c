@@ -85,6 +85,8 @@ static int run_net(const char *name, gdl_device dev) {
     qsort(t, 5, sizeof t[0], cmpd);
     printf("%-6s %6d %12.3f %10.3f %10.1f\n", name, RB, 1e3 * t[2], flops * 1e-9, flops * 1e-9 / t[2]);
     printf("%-6s %s\n", "", gdl_flops_line(flops, t[2], dev, GDL_F32));
+    printf("memory %s: step arena %.1f MiB, peak RSS %.1f MiB\n", name, gdl_arena_used() / 1048576.0,
+           bench_peak_rss_mib());
     fflush(stdout);
     gdl_optim_free(n.opt);
     gdl_module_free(n.rnn);
