@@ -6,8 +6,8 @@
    past a sequence's end its state is kept (gdl_where) and its output zeroed (gdl_masked_fill), only at
    the steps past the shortest sequence, so the ops' own backwards give PyTorch's gradients.
    Work is time-major ([T, B, *]): a step's slice of the projection is then a view, not a copy. A batch_first
-   input is made time-major by one concat of its samples and the last layer's steps are stacked along dim 1:
-   row copies, where permutes would move element by element.
+   input is made time-major by one concat of its samples and the last layer's steps are put side by side
+   along dim 1: row copies, where permutes would move element by element.
    gdl_quantize_dynamic's copies (DynamicQuantizedLSTM / GRU, src/quant/) run here too: flagged
    GDL__RNN_QUANT, they hold no parameters but, per layer and direction, the two projections as int8
    children (ih, hh), which take the place of the two gdl_linear calls. */
@@ -235,7 +235,7 @@ static int gdl__nn_rnn_cell(gdl_module *m, int k, gdl_tensor *gx, const gdl__rnn
 }
 
 /* one direction of one layer over the time-major input xs [T, B, in]: the outputs [T, B, F], or [B, T, F]
-   when batch_first (the steps stacked along dim 1: one copy, not a stack and a permute); *h, *c (c for an
+   when batch_first (the steps side by side along dim 1: one copy, not a stack and a permute); *h, *c (c for an
    LSTM) hold the initial state on entry and the final one on return */
 static gdl_tensor *gdl__nn_rnn_dir(gdl_module *m, int layer, int dir, gdl_tensor *xs, const gdl__rnn_lengths *L,
                                    int batch_first, gdl_tensor **h, gdl_tensor **c) {
@@ -243,8 +243,8 @@ static gdl_tensor *gdl__nn_rnn_dir(gdl_module *m, int layer, int dir, gdl_tensor
     const int base = k * gdl__nn_rnn_per(m);
     const int64_t T = xs->shape[0];
     gdl_module *const *q = m->ia[GDL__RNN_QUANT] ? m->child + 2 * k : NULL; /* ih, hh */
-    gdl_tensor *w_ih = gdl__nn_param(m, base), *b_ih = bias ? gdl__nn_param(m, base + 2) : NULL, *gx, **outs;
-    int64_t s;
+    gdl_tensor *w_ih = gdl__nn_param(m, base), *b_ih = bias ? gdl__nn_param(m, base + 2) : NULL, *gx, **outs, *all;
+    int64_t s, shape[3];
     if (bias && !q && !gdl__nn_rnn_hh_bias(m) && !(b_ih = gdl_add(b_ih, gdl__nn_param(m, base + 3)))) return NULL;
     if (!(gx = q ? gdl_forward(q[0], xs) : gdl_linear(xs, w_ih, b_ih))) return NULL;
     if (!(outs = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) * (size_t)T))) {
@@ -256,13 +256,19 @@ static gdl_tensor *gdl__nn_rnn_dir(gdl_module *m, int layer, int dir, gdl_tensor
         gdl_tensor *gxt = gdl_select(gx, 0, t);
         if (!gxt || gdl__nn_rnn_cell(m, k, gxt, L, t, h, c, &outs[t]) < 0) return NULL;
     }
-    return gdl_stack((int)T, outs, batch_first);
+    /* the [B, F] steps side by side: [T·B, F] is [T, B, F], [B, T·F] is [B, T, F] (one copy; a stack would add
+       a reshape node, a zeroed gradient and a copy per step) */
+    shape[0] = batch_first ? outs[0]->shape[0] : T;
+    shape[1] = batch_first ? T : outs[0]->shape[0];
+    shape[2] = outs[0]->shape[1];
+    return (all = gdl_concat((int)T, outs, batch_first)) ? gdl_reshape(all, 3, shape) : NULL;
 }
 
-/* a batch_first input x [B, T, in] as time-major [T, B, in]: the B samples, each one block [T, in], put side
-   by side along dim 1 (gdl_concat: a row copy per sample, where a permute moves element by element) */
+/* a batch_first input x [B, T, in] as time-major [T, B, in]: the B samples, each one block [T, in], side by
+   side as [T, B·in] (gdl_concat: a row copy per sample, where a permute moves element by element) */
 static gdl_tensor *gdl__nn_rnn_time_major(gdl_module *m, gdl_tensor *x) {
-    const int64_t B = x->shape[0], shape[3] = {x->shape[1], 1, x->shape[2]};
+    const int64_t B = x->shape[0], shape[3] = {x->shape[1], x->shape[0], x->shape[2]};
+    gdl_tensor *all;
     gdl_tensor **v = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) * (size_t)B);
     int64_t b;
     if (B > INT_MAX) return gdl_transpose(x, 0, 1);
@@ -270,11 +276,10 @@ static gdl_tensor *gdl__nn_rnn_time_major(gdl_module *m, gdl_tensor *x) {
         gdl__set_error("gdl_forward: %s: out of host memory", gdl__nn_label(m));
         return NULL;
     }
-    for (b = 0; b < B; b++) {
-        gdl_tensor *xb = gdl_select(x, 0, b);
-        if (!xb || !(v[b] = gdl_reshape(xb, 3, shape))) return NULL;
-    }
-    return gdl_concat((int)B, v, 1);
+    for (b = 0; b < B; b++)
+        if (!(v[b] = gdl_select(x, 0, b))) return NULL;
+    all = gdl_concat((int)B, v, 1);
+    return all ? gdl_reshape(all, 3, shape) : NULL;
 }
 
 /* the layers over x (checked): out, h_n, c_n as gdl_nn_rnn_forward returns them */
