@@ -203,8 +203,11 @@ static gdl_tensor *gdl__nn_rnn_pad(const gdl__rnn_lengths *L, int64_t t, gdl_ten
 
 /* whether b_hh goes into each step's hidden GEMM: a GRU's (r multiplies the hidden side of n, its bias
    included). An LSTM's and an RNN's only ever add to gx, so gdl__nn_rnn_dir adds both biases once, to the
-   input projection: one bias gradient over all T·B rows instead of a reduction over B at every step. */
-static int gdl__nn_rnn_hh_bias(const gdl_module *m) { return m->kind == GDL__M_GRU; }
+   input projection: one bias gradient over all T·B rows instead of a reduction over B at every step.
+   Traced for gdl_export_onnx (gdl__tracing), a layer keeps the plain form throughout (b_hh in the hidden
+   GEMM, a batch_first input permuted, the steps stacked): the exporter recognises a layer by that tape,
+   and a concat of the batch's samples would fix the batch size in the graph. */
+static int gdl__nn_rnn_hh_bias(const gdl_module *m) { return m->kind == GDL__M_GRU || gdl__tracing; }
 
 /* one time step of layer / direction k's cell: gx the step's input projection, *h and *c (an LSTM's) the
    state, replaced by the new one */
@@ -256,6 +259,7 @@ static gdl_tensor *gdl__nn_rnn_dir(gdl_module *m, int layer, int dir, gdl_tensor
         gdl_tensor *gxt = gdl_select(gx, 0, t);
         if (!gxt || gdl__nn_rnn_cell(m, k, gxt, L, t, h, c, &outs[t]) < 0) return NULL;
     }
+    if (gdl__tracing) return gdl_stack((int)T, outs, 0); /* the exporter's form (gdl__nn_rnn_hh_bias) */
     /* the [B, F] steps side by side: [T·B, F] is [T, B, F], [B, T·F] is [B, T, F] (one copy; a stack would add
        a reshape node, a zeroed gradient and a copy per step) */
     shape[0] = batch_first ? outs[0]->shape[0] : T;
@@ -287,7 +291,7 @@ static int gdl__nn_rnn_layers(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_
                               const gdl__rnn_lengths *L, gdl_tensor **out, gdl_tensor **hn, gdl_tensor **cn) {
     const int lstm = m->kind == GDL__M_LSTM, D = m->ia[GDL__RNN_BIDIR] ? 2 : 1, L_ = (int)m->ia[GDL__RNN_LAYERS];
     const int bf = !unbatched && m->ia[GDL__RNN_BATCH_FIRST];
-    gdl_tensor *xs = bf ? gdl__nn_rnn_time_major(m, x) : x, **hs, **cs;
+    gdl_tensor *xs = !bf ? x : gdl__tracing ? gdl_transpose(x, 0, 1) : gdl__nn_rnn_time_major(m, x), **hs, **cs;
     int l, d;
     if (!xs) return -1;
     if (!(hs = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) * (size_t)(2 * L_ * D)))) {
@@ -303,13 +307,15 @@ static int gdl__nn_rnn_layers(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_
         for (d = 0; d < D; d++) {
             int k = l * D + d;
             if (!(hs[k] = gdl_select(h0, 0, k)) || (lstm && !(cs[k] = gdl_select(c0, 0, k))) ||
-                !(dirs[d] = gdl__nn_rnn_dir(m, l, d, xs, L, bf && l == L_ - 1, &hs[k], lstm ? &cs[k] : NULL)))
+                !(dirs[d] = gdl__nn_rnn_dir(m, l, d, xs, L, bf && l == L_ - 1 && !gdl__tracing, &hs[k],
+                                            lstm ? &cs[k] : NULL)))
                 return -1;
         }
         if (!(xs = D == 2 ? gdl_concat(2, dirs, 2) : dirs[0])) return -1;
     }
     if (out || gdl__nn_nrows) { /* the output's layout; a summary records its shape even when it is not wanted */
-        if (unbatched) /* (a batch_first output is [B, T, F] already) */ xs = gdl_select(xs, 1, 0);
+        if (bf && gdl__tracing) xs = gdl_transpose(xs, 0, 1);
+        else if (unbatched) /* (a batch_first output is [B, T, F] already) */ xs = gdl_select(xs, 1, 0);
         if (!xs) return -1;
         gdl__nn_record(m, xs);
         if (out) *out = xs;
