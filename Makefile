@@ -93,6 +93,7 @@ SUITE = test_core:linked:plain:asan:cpup:win:warn:check \
         test_flops:whole:plain:asan:tsan:cpup:win:warn \
         test_gemm_kernels:cpup \
         test_gelu:whole:cpup \
+        test_rnn_gates:whole:plain:cpup \
         test_gemm_int8:cpup \
         test_transformer:linked:plain:asan:warn \
         test_torch_parity:linked:double:plain:asan:warn \
@@ -507,6 +508,10 @@ test-cuda: | $(B)
 
 $(B)/bench_train: bench/train.c bench/bench_cpu.h gpudl.h | $(B)
 	$(CC) $(STD) -O3 -march=native bench/train.c -o $@ $(LIBS)
+
+# the LSTM / GRU of examples/text_classify.c, one training step (bench/compare_rnn.sh: beside PyTorch's)
+$(B)/bench_rnn_train: bench/rnn_train.c bench/bench_cpu.h gpudl.h | $(B)
+	$(CC) $(STD) -O3 -march=native bench/rnn_train.c -o $@ $(LIBS)
 
 # Fashion-MNIST to 92 % end to end (bench/pytorch/fmnist92.py is PyTorch's side)
 $(B)/fmnist92: bench/fmnist92.c examples/example_args.h gpudl.h | $(B)

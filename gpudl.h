@@ -3674,7 +3674,7 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
        [B, G·H] the input and hidden pre-activations with their biases in, gate blocks of H in PyTorch's \
        order. LSTM (G = 4: i, f, g, o): hc [2, B, H] gets h' = o·tanh(c') then c' = f·c_prev + i·g. GRU \
        (G = 3: r, z, n): h [B, H] gets (1−z)·n + z·h_prev with n = tanh(gx_n + r·gh_n). Arithmetic in \
-       double, one rounding on store. The backwards recompute the gates from the same inputs (nothing \
+       f32, the CPU's and CUDA's alike to the bit (src/cpu/rnn.h; double in a GPUDL_DOUBLE build). The backwards recompute the gates from the same inputs (nothing \
        saved) and take the gradient of the output (dhc [2, B, H]: of h' then c'; dh [B, H]); dgx, dgh \
        [B, G·H] and dc_prev / dh_prev [B, H] +=, each may be NULL (gx and gh may be one tensor) */ \
     X(int, lstm_gates, (int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh, const gdl_real *c_prev, \
@@ -13637,8 +13637,9 @@ static int gdl__cpu_attention_backward(gdl_dtype dt, const gdl_attn_geom *g, con
 /* src/cpu/rnn.h — the fused gate steps of LSTM and GRU (backend entries lstm_gates, gru_gates and their
    backwards): one pass over [B, H] per time step after the two GEMMs, so the gates' pre-activations are
    read once and nothing but the new state is written. The backwards recompute the gates from the saved
-   inputs instead of keeping them: the inputs are alive anyway (they are the op's inputs), and a time
-   step's gates would otherwise cost another [B, G·H] per step. Rows of B are split across threads. */
+   inputs instead of keeping them: the inputs are alive anyway (they are the op's inputs), and with the
+   vector sigmoid / tanh below the recomputation costs less than writing and re-reading [B, G·H] per step.
+   Rows of B are split across threads. */
 
 typedef struct {
     int64_t H;
@@ -13647,6 +13648,7 @@ typedef struct {
     int64_t B;
 } gdl__rnn_job;
 
+#ifdef GPUDL_DOUBLE
 /* in double from exp alone: libm's tanh goes through expm1, three times exp's cost and most of a step's
    time; 2/(1+e^-2v) - 1 loses nothing a float result keeps but near 0, where the series is exact */
 static double gdl__rnn_sigmoid(double v) { return 1.0 / (1.0 + exp(-v)); }
@@ -13743,6 +13745,203 @@ static void gdl__gru_gates_backward_part(gdl__args a, int64_t lo, int64_t hi) {
             if (q.dprev) q.dprev[b * H + j] += (gdl_real)(dh * s.z);
         }
 }
+
+#else
+/* In f32 (a GPUDL_DOUBLE build keeps the double code above): the gates' sigmoid and tanh from one exp
+   polynomial (the GELU's, src/cpu/elementwise.h), e^x = m·2^k with |x - k·ln2| <= ln2/2, x clamped to
+   [-87, 88] so 2^k stays a normal float and m·2^k is exact. sigmoid(v) = 1 / (1 + e^-v); tanh(v) for
+   |v| < 0.5625 is v·(1 + v^2·P(v^2)) (P a least-squares fit in double, coefficients rounded to float), else sign(v)·(1 - e^-2|v|) / (1 + e^-2|v|) (no cancellation there: e^-2|v| <= 1/3).
+   The vector loops (AVX-512, AVX2: GDL__GV) do exactly this arithmetic lane by lane: every a·b + c an
+   explicit FMA (fmaf here: libm's where the target has no FMA, the same bits), no product ever added by
+   a plain + or - (which the compiler could contract on one path and not another), the clamps in the
+   vector min / max's order, both tanh branches computed and selected. So a value's bits depend neither
+   on the path nor on the thread count. Against double (tests/test_rnn_gates.c, every 997th float): sigmoid
+   within 2.2 ulp, tanh within 1.5; a NaN input gives that NaN, +-inf saturates, sigmoid(v <= -88) stays at
+   1/(1 + e^88) = 6.1e-39 (the clamp). */
+#define GDL__RNN_EXP_LO -87.0f
+#define GDL__RNN_EXP_HI 88.0f
+#define GDL__RNN_TANH_T 0.5625f
+static const float gdl__rnn_tanh_p[5] = {-0.333333135f, 0.133324265f, -0.0538351126f, 0.0209991485f,
+                                         -0.00616940018f};
+
+/* e^x = the result times *scale (2^k, exact) */
+static float gdl__rnn_exp_m(float x, float *scale) {
+    float kf, r;
+    uint32_t bits;
+    x = x < GDL__RNN_EXP_HI ? x : GDL__RNN_EXP_HI; /* _mm*_min_ps(x, HI): a NaN gives HI */
+    x = x > GDL__RNN_EXP_LO ? x : GDL__RNN_EXP_LO;
+    kf = rintf(x * GDL__GELU_INV_LN2);
+    r = fmaf(-kf, GDL__GELU_LN2_HI, x);
+    r = fmaf(-kf, GDL__GELU_LN2_LO, r);
+    bits = (uint32_t)((int32_t)kf + 127) << 23;
+    memcpy(scale, &bits, sizeof bits);
+    return gdl__gelu_poly(gdl__gelu_e, 8, -r); /* the GELU's polynomial is of e^-r */
+}
+static float gdl__rnn_sigmoid_f32(float v) {
+    float s, m = gdl__rnn_exp_m(-v, &s);
+    return v != v ? v : 1.0f / fmaf(m, s, 1.0f);
+}
+static float gdl__rnn_tanh_f32(float v) {
+    float a = fabsf(v), t;
+    if (v != v) return v;
+    if (a < GDL__RNN_TANH_T) {
+        float v2 = v * v;
+        return v * fmaf(v2, gdl__gelu_poly(gdl__rnn_tanh_p, 5, v2), 1.0f); /* v times: tanh(-0) = -0 */
+    } else {
+        float s, m = gdl__rnn_exp_m(-2.0f * a, &s);
+        t = fmaf(-m, s, 1.0f) / fmaf(m, s, 1.0f);
+        return v < 0 ? -t : t;
+    }
+}
+
+#ifdef GDL__GV_N
+static gdl__gv gdl__rnn_vexp_m(gdl__gv x, gdl__gv *scale) {
+    gdl__gv kf, r;
+    x = GDL__GV(max_ps)(GDL__GV(min_ps)(x, GDL__GV1(GDL__RNN_EXP_HI)), GDL__GV1(GDL__RNN_EXP_LO));
+    kf = GDL__GV_ROUND(GDL__GV(mul_ps)(x, GDL__GV1(GDL__GELU_INV_LN2)));
+    r = GDL__GV(fnmadd_ps)(kf, GDL__GV1(GDL__GELU_LN2_HI), x);
+    r = GDL__GV(fnmadd_ps)(kf, GDL__GV1(GDL__GELU_LN2_LO), r);
+    *scale = GDL__GV_AS_PS(
+        GDL__GV(slli_epi32)(GDL__GV(add_epi32)(GDL__GV(cvtps_epi32)(kf), GDL__GV(set1_epi32)(127)), 23));
+    return gdl__gelu_vpoly(gdl__gelu_e, 8, GDL__GV_FLIP(r));
+}
+static gdl__gv gdl__rnn_vsigmoid(gdl__gv v) {
+    gdl__gv s, m = gdl__rnn_vexp_m(GDL__GV_FLIP(v), &s);
+    gdl__gv y = GDL__GV(div_ps)(GDL__GV1(1.0f), GDL__GV(fmadd_ps)(m, s, GDL__GV1(1.0f)));
+    return GDL__GV_SEL(GDL__GV_CMP(v, v, _CMP_UNORD_Q), y, v);
+}
+static gdl__gv gdl__rnn_vtanh(gdl__gv v) {
+    gdl__gv a = GDL__GV_ABS(v), v2 = GDL__GV(mul_ps)(v, v), s, m, big, small, y;
+    small = GDL__GV(mul_ps)(v, GDL__GV(fmadd_ps)(v2, gdl__gelu_vpoly(gdl__rnn_tanh_p, 5, v2), GDL__GV1(1.0f)));
+    m = gdl__rnn_vexp_m(GDL__GV(mul_ps)(GDL__GV1(-2.0f), a), &s);
+    big = GDL__GV(div_ps)(GDL__GV(fnmadd_ps)(m, s, GDL__GV1(1.0f)), GDL__GV(fmadd_ps)(m, s, GDL__GV1(1.0f)));
+    big = GDL__GV_SEL(GDL__GV_CMP(v, GDL__GV(setzero_ps)(), _CMP_LT_OQ), big, GDL__GV_FLIP(big));
+    y = GDL__GV_SEL(GDL__GV_CMP(a, GDL__GV1(GDL__RNN_TANH_T), _CMP_LT_OQ), big, small);
+    return GDL__GV_SEL(GDL__GV_CMP(v, v, _CMP_UNORD_Q), y, v);
+}
+#define GDL__RV_LD(p) GDL__GV(loadu_ps)(p)
+#define GDL__RV_ADD(p, q) GDL__GV(add_ps)(GDL__RV_LD(p), GDL__RV_LD(q))
+#define GDL__RV_ONE_MINUS(v) GDL__GV(sub_ps)(GDL__GV1(1.0f), v)
+/* *p = a·b + *p */
+static void gdl__rnn_vacc(float *p, gdl__gv a, gdl__gv b) { GDL__GV(storeu_ps)(p, GDL__GV(fmadd_ps)(a, b, GDL__RV_LD(p))); }
+#endif
+
+/* the LSTM row b: h' and c' (forward), or the gradients (backward) */
+static void gdl__lstm_row(const gdl__rnn_job *r, int64_t b, int backward) {
+    const int64_t H = r->H;
+    const float *x = r->gx + b * 4 * H, *h = r->gh + b * 4 * H, *cp = r->prev + b * H;
+    const float *dh = backward ? r->dout + b * H : NULL, *dcn = backward ? r->dout + (r->B + b) * H : NULL;
+    float *dx = r->dgx ? r->dgx + b * 4 * H : NULL, *dhh = r->dgh ? r->dgh + b * 4 * H : NULL;
+    int64_t j = 0, k;
+#ifdef GDL__GV_N
+    for (; j + GDL__GV_N <= H; j += GDL__GV_N) {
+        gdl__gv i = gdl__rnn_vsigmoid(GDL__RV_ADD(x + j, h + j));
+        gdl__gv f = gdl__rnn_vsigmoid(GDL__RV_ADD(x + H + j, h + H + j));
+        gdl__gv g = gdl__rnn_vtanh(GDL__RV_ADD(x + 2 * H + j, h + 2 * H + j));
+        gdl__gv o = gdl__rnn_vsigmoid(GDL__RV_ADD(x + 3 * H + j, h + 3 * H + j));
+        gdl__gv c = GDL__GV(fmadd_ps)(f, GDL__RV_LD(cp + j), GDL__GV(mul_ps)(i, g)), tc = gdl__rnn_vtanh(c);
+        if (!backward) {
+            GDL__GV(storeu_ps)(r->out + b * H + j, GDL__GV(mul_ps)(o, tc));
+            GDL__GV(storeu_ps)(r->out + (r->B + b) * H + j, c);
+        } else {
+            gdl__gv vdh = GDL__RV_LD(dh + j), dc, a[4], m[4];
+            dc = GDL__GV(fmadd_ps)(GDL__GV(mul_ps)(vdh, o), GDL__GV(fnmadd_ps)(tc, tc, GDL__GV1(1.0f)),
+                                   GDL__RV_LD(dcn + j));
+            a[0] = GDL__GV(mul_ps)(dc, g), m[0] = GDL__GV(mul_ps)(i, GDL__RV_ONE_MINUS(i));
+            a[1] = GDL__GV(mul_ps)(dc, GDL__RV_LD(cp + j)), m[1] = GDL__GV(mul_ps)(f, GDL__RV_ONE_MINUS(f));
+            a[2] = GDL__GV(mul_ps)(dc, i), m[2] = GDL__GV(fnmadd_ps)(g, g, GDL__GV1(1.0f));
+            a[3] = GDL__GV(mul_ps)(vdh, tc), m[3] = GDL__GV(mul_ps)(o, GDL__RV_ONE_MINUS(o));
+            /* gx and gh may be one buffer: two separate adds sum both contributions */
+            for (k = 0; k < 4; k++) {
+                if (dx) gdl__rnn_vacc(dx + k * H + j, a[k], m[k]);
+                if (dhh) gdl__rnn_vacc(dhh + k * H + j, a[k], m[k]);
+            }
+            if (r->dprev) gdl__rnn_vacc(r->dprev + b * H + j, dc, f);
+        }
+    }
+#endif
+    for (; j < H; j++) {
+        float i = gdl__rnn_sigmoid_f32(x[j] + h[j]), f = gdl__rnn_sigmoid_f32(x[H + j] + h[H + j]);
+        float g = gdl__rnn_tanh_f32(x[2 * H + j] + h[2 * H + j]), o = gdl__rnn_sigmoid_f32(x[3 * H + j] + h[3 * H + j]);
+        float c = fmaf(f, cp[j], i * g), tc = gdl__rnn_tanh_f32(c);
+        if (!backward) {
+            r->out[b * H + j] = o * tc;
+            r->out[(r->B + b) * H + j] = c;
+        } else {
+            float dc = fmaf(dh[j] * o, fmaf(-tc, tc, 1.0f), dcn[j]), a[4], m[4];
+            a[0] = dc * g, m[0] = i * (1.0f - i);
+            a[1] = dc * cp[j], m[1] = f * (1.0f - f);
+            a[2] = dc * i, m[2] = fmaf(-g, g, 1.0f);
+            a[3] = dh[j] * tc, m[3] = o * (1.0f - o);
+            for (k = 0; k < 4; k++) {
+                if (dx) dx[k * H + j] = fmaf(a[k], m[k], dx[k * H + j]);
+                if (dhh) dhh[k * H + j] = fmaf(a[k], m[k], dhh[k * H + j]);
+            }
+            if (r->dprev) r->dprev[b * H + j] = fmaf(dc, f, r->dprev[b * H + j]);
+        }
+    }
+}
+
+/* the GRU row b: h' (forward), or the gradients (backward); n = tanh(gx_n + r·gh_n) */
+static void gdl__gru_row(const gdl__rnn_job *q, int64_t b, int backward) {
+    const int64_t H = q->H;
+    const float *x = q->gx + b * 3 * H, *h = q->gh + b * 3 * H, *hp = q->prev + b * H;
+    const float *dh = backward ? q->dout + b * H : NULL;
+    float *dx = q->dgx ? q->dgx + b * 3 * H : NULL, *dhh = q->dgh ? q->dgh + b * 3 * H : NULL;
+    int64_t j = 0, k;
+#ifdef GDL__GV_N
+    for (; j + GDL__GV_N <= H; j += GDL__GV_N) {
+        gdl__gv r = gdl__rnn_vsigmoid(GDL__RV_ADD(x + j, h + j));
+        gdl__gv z = gdl__rnn_vsigmoid(GDL__RV_ADD(x + H + j, h + H + j)), hn = GDL__RV_LD(h + 2 * H + j);
+        gdl__gv n = gdl__rnn_vtanh(GDL__GV(fmadd_ps)(r, hn, GDL__RV_LD(x + 2 * H + j))), vhp = GDL__RV_LD(hp + j);
+        if (!backward) {
+            GDL__GV(storeu_ps)(q->out + b * H + j, GDL__GV(fmadd_ps)(z, vhp, GDL__GV(mul_ps)(GDL__RV_ONE_MINUS(z), n)));
+        } else {
+            gdl__gv vdh = GDL__RV_LD(dh + j), a[3], m[3];
+            a[2] = GDL__GV(mul_ps)(vdh, GDL__RV_ONE_MINUS(z)), m[2] = GDL__GV(fnmadd_ps)(n, n, GDL__GV1(1.0f));
+            a[0] = GDL__GV(mul_ps)(GDL__GV(mul_ps)(a[2], m[2]), hn), m[0] = GDL__GV(mul_ps)(r, GDL__RV_ONE_MINUS(r));
+            a[1] = GDL__GV(mul_ps)(vdh, GDL__GV(sub_ps)(vhp, n)), m[1] = GDL__GV(mul_ps)(z, GDL__RV_ONE_MINUS(z));
+            for (k = 0; k < 3; k++) {
+                if (dx) gdl__rnn_vacc(dx + k * H + j, a[k], m[k]);
+                /* r multiplies the hidden side of n only */
+                if (dhh) gdl__rnn_vacc(dhh + k * H + j, k == 2 ? GDL__GV(mul_ps)(a[2], m[2]) : a[k], k == 2 ? r : m[k]);
+            }
+            if (q->dprev) gdl__rnn_vacc(q->dprev + b * H + j, vdh, z);
+        }
+    }
+#endif
+    for (; j < H; j++) {
+        float r = gdl__rnn_sigmoid_f32(x[j] + h[j]), z = gdl__rnn_sigmoid_f32(x[H + j] + h[H + j]);
+        float hn = h[2 * H + j], n = gdl__rnn_tanh_f32(fmaf(r, hn, x[2 * H + j]));
+        if (!backward) {
+            q->out[b * H + j] = fmaf(z, hp[j], (1.0f - z) * n);
+        } else {
+            float a[3], m[3];
+            a[2] = dh[j] * (1.0f - z), m[2] = fmaf(-n, n, 1.0f);
+            a[0] = a[2] * m[2] * hn, m[0] = r * (1.0f - r);
+            a[1] = dh[j] * (hp[j] - n), m[1] = z * (1.0f - z);
+            for (k = 0; k < 3; k++) {
+                if (dx) dx[k * H + j] = fmaf(a[k], m[k], dx[k * H + j]);
+                if (dhh) dhh[k * H + j] = fmaf(k == 2 ? a[2] * m[2] : a[k], k == 2 ? r : m[k], dhh[k * H + j]);
+            }
+            if (q->dprev) q->dprev[b * H + j] = fmaf(dh[j], z, q->dprev[b * H + j]);
+        }
+    }
+}
+
+static void gdl__lstm_gates_part(gdl__args a, int64_t lo, int64_t hi) {
+    for (; lo < hi; lo++) gdl__lstm_row((const gdl__rnn_job *)a.ctx, lo, 0);
+}
+static void gdl__lstm_gates_backward_part(gdl__args a, int64_t lo, int64_t hi) {
+    for (; lo < hi; lo++) gdl__lstm_row((const gdl__rnn_job *)a.ctx, lo, 1);
+}
+static void gdl__gru_gates_part(gdl__args a, int64_t lo, int64_t hi) {
+    for (; lo < hi; lo++) gdl__gru_row((const gdl__rnn_job *)a.ctx, lo, 0);
+}
+static void gdl__gru_gates_backward_part(gdl__args a, int64_t lo, int64_t hi) {
+    for (; lo < hi; lo++) gdl__gru_row((const gdl__rnn_job *)a.ctx, lo, 1);
+}
+#endif
 
 static int gdl__cpu_rnn_run(gdl__loop_fn body, int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh,
                             const gdl_real *prev, const gdl_real *dout, gdl_real *out, gdl_real *dgx, gdl_real *dgh,
@@ -16660,7 +16859,8 @@ static int gdl__bw_sdpa(gdl_node *n, const gdl_backend *be) {
 /* src/ops/rnn.h — the recurrent gate ops behind gdl_nn_lstm / gdl_nn_gru: one time step's gate arithmetic after
    the two GEMMs, as one op (one kernel forward, one backward) instead of a dozen elementwise ops, each
    with its own output and tape node. bf16 / f16 inputs run on f32 copies (the GDL__LOWP hook),
-   the result in gx's dtype. */
+   the result in gx's dtype. An input that is a row block of a larger tensor is recorded as that tensor
+   (gdl__rnn_base), so that its gradient is added in place. */
 
 /* gx, gh [B, G·H] and prev [B, H] checked (f32, one device): 0 with B and H, or -1 after the error */
 static int gdl__rnn_gates_check(const char *op, int G, const gdl_tensor *gx, const gdl_tensor *gh,
@@ -16679,11 +16879,34 @@ static int gdl__rnn_gates_check(const char *op, int G, const gdl_tensor *gx, con
     return 0;
 }
 
+/* An input that is a block of a larger f32 tensor (views: gdl_nn_lstm's gdl_select(gx, 0, t) and
+   gdl_select(hc, 0, 1) at every step) is recorded as that tensor, the block's element offset in *off: the
+   backward then adds into the tensor's gradient in place, where the view's own gradient would be zeroed
+   at every step and then added into it by the view's backward. Not while gdl_export_onnx traces: it
+   recognises a layer by the views. */
+static gdl_tensor *gdl__rnn_base(gdl_tensor *t, int64_t *off) {
+    gdl_tensor *p = t;
+    int64_t o = 0;
+    *off = 0;
+    if (gdl__tracing || t->dtype != GDL_F32) return t;
+    /* through the views gdl_select makes (a SLICE, then a RESHAPE dropping the dim) */
+    while (p->node && (p->node->op == GDL_OP_SLICE || p->node->op == GDL_OP_RESHAPE) && p->node->in[0] &&
+           p->node->in[0]->dtype == GDL_F32) {
+        if (p->node->op == GDL_OP_SLICE) o += p->node->i[0];
+        p = p->node->in[0];
+    }
+    if (p == t || (char *)p->data + (size_t)o * sizeof(gdl_real) != (char *)t->data) return t;
+    *off = o;
+    return p;
+}
+
 /* the op's output made and recorded: gates(B, H, gx, gh, prev, out) fills it */
 static gdl_tensor *gdl__rnn_gates(const char *op, int opid, int ndim, const int64_t *shape, gdl_tensor *gx,
                                   gdl_tensor *gh, gdl_tensor *prev, int64_t B, int64_t H) {
     const gdl_backend *be;
     gdl_tensor *out, *in[3];
+    gdl_node *n;
+    int64_t gx_off, prev_off;
     int err, rc;
     if (!(be = gdl__be(op, gx->device)) || !(out = gdl__tmp(op, ndim, shape, GDL_F32, gx->device))) return NULL;
     if (out->numel) {
@@ -16691,10 +16914,13 @@ static gdl_tensor *gdl__rnn_gates(const char *op, int opid, int ndim, const int6
                                        : be->k.gru_gates(B, H, GDL__R(gx), GDL__R(gh), GDL__R(prev), GDL__R(out));
         if (rc < 0) return NULL;
     }
-    in[0] = gx;
+    in[0] = gdl__rnn_base(gx, &gx_off);
     in[1] = gh;
-    in[2] = prev;
-    gdl__record(op, opid, out, 3, in, &err);
+    in[2] = gdl__rnn_base(prev, &prev_off);
+    if ((n = gdl__record(op, opid, out, 3, in, &err))) {
+        n->i[0] = gx_off;
+        n->i[1] = prev_off;
+    }
     return err ? NULL : gdl__finish(op, out);
 }
 
@@ -16717,18 +16943,24 @@ GPUDL_API gdl_tensor *gdl_gru_gates(gdl_tensor *gx, gdl_tensor *gh, gdl_tensor *
     return gdl__rnn_gates(op, GDL_OP_GRU_GATES, 2, h_prev->shape, gx, gh, h_prev, B, H);
 }
 
+/* input k's values and gradient at its block (gdl__rnn_base's offset in n->i[0] for gx, n->i[1] for prev) */
+#define GDL__RNN_AT(n, k, off) (GDL__R((n)->in[k]) + (off))
+#define GDL__RNN_GRAD_AT(n, k, off) (GDL__G((n)->in[k]) ? GDL__G((n)->in[k]) + (off) : NULL)
+
 static int gdl__bw_lstm_gates(gdl_node *n, const gdl_backend *be) {
-    gdl_tensor *gx = n->in[0], *gh = n->in[1], *cp = n->in[2];
+    const int64_t B = n->out->shape[1], H = n->out->shape[2]; /* out: [2, B, H] */
     if (!n->out->numel) return 0;
-    return be->k.lstm_gates_backward(cp->shape[0], cp->shape[1], GDL__R(gx), GDL__R(gh), GDL__R(cp),
-                                   GDL__R(n->out->grad), GDL__G(gx), GDL__G(gh), GDL__G(cp));
+    return be->k.lstm_gates_backward(B, H, GDL__RNN_AT(n, 0, n->i[0]), GDL__R(n->in[1]), GDL__RNN_AT(n, 2, n->i[1]),
+                                   GDL__R(n->out->grad), GDL__RNN_GRAD_AT(n, 0, n->i[0]), GDL__G(n->in[1]),
+                                   GDL__RNN_GRAD_AT(n, 2, n->i[1]));
 }
 
 static int gdl__bw_gru_gates(gdl_node *n, const gdl_backend *be) {
-    gdl_tensor *gx = n->in[0], *gh = n->in[1], *hp = n->in[2];
+    const int64_t B = n->out->shape[0], H = n->out->shape[1]; /* out: [B, H] */
     if (!n->out->numel) return 0;
-    return be->k.gru_gates_backward(hp->shape[0], hp->shape[1], GDL__R(gx), GDL__R(gh), GDL__R(hp),
-                                  GDL__R(n->out->grad), GDL__G(gx), GDL__G(gh), GDL__G(hp));
+    return be->k.gru_gates_backward(B, H, GDL__RNN_AT(n, 0, n->i[0]), GDL__R(n->in[1]), GDL__RNN_AT(n, 2, n->i[1]),
+                                  GDL__R(n->out->grad), GDL__RNN_GRAD_AT(n, 0, n->i[0]), GDL__G(n->in[1]),
+                                  GDL__RNN_GRAD_AT(n, 2, n->i[1]));
 }
 /* src/ops/shape.h — the ops that move elements without arithmetic: concat,
    permute, slicing, split and stack, index_select and gather, where and
@@ -24838,12 +25070,14 @@ static gdl_tensor *gdl__nn_tied_tensor(gdl_module *root, const char *name) {
 }
 /* src/nn/rnn.h — the recurrent modules: nn.LSTM (with proj_size), nn.GRU and nn.RNN, their forwards over
    padded batches of sequences of different lengths, and gdl_forward_ex (any module's outputs, PyTorch's tuple).
-   Per layer and direction, one GEMM projects every time step's input at once ([T*B, in] x W_ih^T, b_ih in),
-   then each step runs the hidden GEMM (b_hh in) and the fused gate op (gdl_lstm_gates / gdl_gru_gates; an
+   Per layer and direction, one GEMM projects every time step's input at once ([T*B, in] x W_ih^T, b_ih in,
+   and an LSTM's or RNN's b_hh), then each step runs the hidden GEMM (a GRU's b_hh in) and the fused gate op (gdl_lstm_gates / gdl_gru_gates; an
    RNN's tanh or relu of the sum; an LSTM with proj_size then projects h by weight_hr). Lengths are masks:
    past a sequence's end its state is kept (gdl_where) and its output zeroed (gdl_masked_fill), only at
    the steps past the shortest sequence, so the ops' own backwards give PyTorch's gradients.
-   Work is time-major ([T, B, *]): a step's slice of the projection is then a view, not a copy.
+   Work is time-major ([T, B, *]): a step's slice of the projection is then a view, not a copy. A batch_first
+   input is made time-major by one concat of its samples and the last layer's steps are put side by side
+   along dim 1: row copies, where permutes would move element by element.
    gdl_quantize_dynamic's copies (DynamicQuantizedLSTM / GRU, src/quant/) run here too: flagged
    GDL__RNN_QUANT, they hold no parameters but, per layer and direction, the two projections as int8
    children (ih, hh), which take the place of the two gdl_linear calls. */
@@ -25037,19 +25271,31 @@ static gdl_tensor *gdl__nn_rnn_pad(const gdl__rnn_lengths *L, int64_t t, gdl_ten
     return past ? gdl_masked_fill(h, past, 0) : NULL;
 }
 
+/* whether b_hh goes into each step's hidden GEMM: a GRU's (r multiplies the hidden side of n, its bias
+   included). An LSTM's and an RNN's only ever add to gx, so gdl__nn_rnn_dir adds both biases once, to the
+   input projection: one bias gradient over all T·B rows instead of a reduction over B at every step.
+   Traced for gdl_export_onnx (gdl__tracing), a layer keeps the plain form throughout (b_hh in the hidden
+   GEMM, a batch_first input permuted, the steps stacked): the exporter recognises a layer by that tape,
+   and a concat of the batch's samples would fix the batch size in the graph. */
+static int gdl__nn_rnn_hh_bias(const gdl_module *m) { return m->kind == GDL__M_GRU || gdl__tracing; }
+
 /* one time step of layer / direction k's cell: gx the step's input projection, *h and *c (an LSTM's) the
    state, replaced by the new one */
 static int gdl__nn_rnn_cell(gdl_module *m, int k, gdl_tensor *gx, const gdl__rnn_lengths *L, int64_t t,
                             gdl_tensor **h, gdl_tensor **c, gdl_tensor **out) {
-    const int bias = (int)m->ia[GDL__RNN_BIAS], base = k * gdl__nn_rnn_per(m);
+    const int base = k * gdl__nn_rnn_per(m);
     gdl_module *const *q = m->ia[GDL__RNN_QUANT] ? m->child + 2 * k : NULL; /* ih, hh */
-    gdl_tensor *w_hh = gdl__nn_param(m, base + 1), *b_hh = bias ? gdl__nn_param(m, base + 3) : NULL;
+    gdl_tensor *w_hh = gdl__nn_param(m, base + 1);
+    /* an LSTM's or RNN's b_hh is in gx already (gdl__nn_rnn_dir); a quantized copy's hh child adds its own */
+    gdl_tensor *b_hh = m->ia[GDL__RNN_BIAS] && gdl__nn_rnn_hh_bias(m) ? gdl__nn_param(m, base + 3) : NULL;
     gdl_tensor *gh = q ? gdl_forward(q[1], *h) : gdl_linear(*h, w_hh, b_hh), *hn, *cn = NULL;
     if (!gh) return -1;
     if (m->kind == GDL__M_LSTM) {
         gdl_tensor *hc = gdl_lstm_gates(gx, gh, *c);
         if (!hc || !(hn = gdl_select(hc, 0, 0)) || !(cn = gdl_select(hc, 0, 1))) return -1;
-        if (m->ia[GDL__RNN_PROJ] && !(hn = gdl_linear(hn, gdl__nn_param(m, base + (bias ? 4 : 2)), NULL))) return -1;
+        if (m->ia[GDL__RNN_PROJ] &&
+            !(hn = gdl_linear(hn, gdl__nn_param(m, base + (m->ia[GDL__RNN_BIAS] ? 4 : 2)), NULL)))
+            return -1;
         if (!(*c = gdl__nn_rnn_keep(L, t, cn, *c))) return -1;
     } else if (m->kind == GDL__M_GRU) {
         if (!(hn = gdl_gru_gates(gx, gh, *h))) return -1;
@@ -25061,18 +25307,19 @@ static int gdl__nn_rnn_cell(gdl_module *m, int k, gdl_tensor *gx, const gdl__rnn
     return 0;
 }
 
-/* one direction of one layer over the time-major input xs [T, B, in]: the outputs [T, B, F]; *h, *c (c for
-   an LSTM) hold the initial state on entry and the final one on return */
+/* one direction of one layer over the time-major input xs [T, B, in]: the outputs [T, B, F], or [B, T, F]
+   when batch_first (the steps side by side along dim 1: one copy, not a stack and a permute); *h, *c (c for an
+   LSTM) hold the initial state on entry and the final one on return */
 static gdl_tensor *gdl__nn_rnn_dir(gdl_module *m, int layer, int dir, gdl_tensor *xs, const gdl__rnn_lengths *L,
-                                   gdl_tensor **h, gdl_tensor **c) {
+                                   int batch_first, gdl_tensor **h, gdl_tensor **c) {
     const int bias = (int)m->ia[GDL__RNN_BIAS], D = m->ia[GDL__RNN_BIDIR] ? 2 : 1, k = layer * D + dir;
     const int base = k * gdl__nn_rnn_per(m);
     const int64_t T = xs->shape[0];
     gdl_module *const *q = m->ia[GDL__RNN_QUANT] ? m->child + 2 * k : NULL; /* ih, hh */
-    gdl_tensor *w_ih = gdl__nn_param(m, base), *b_ih = bias ? gdl__nn_param(m, base + 2) : NULL;
-    gdl_tensor *gx = q ? gdl_forward(q[0], xs) : gdl_linear(xs, w_ih, b_ih), **outs;
-    int64_t s;
-    if (!gx) return NULL;
+    gdl_tensor *w_ih = gdl__nn_param(m, base), *b_ih = bias ? gdl__nn_param(m, base + 2) : NULL, *gx, **outs, *all;
+    int64_t s, shape[3];
+    if (bias && !q && !gdl__nn_rnn_hh_bias(m) && !(b_ih = gdl_add(b_ih, gdl__nn_param(m, base + 3)))) return NULL;
+    if (!(gx = q ? gdl_forward(q[0], xs) : gdl_linear(xs, w_ih, b_ih))) return NULL;
     if (!(outs = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) * (size_t)T))) {
         gdl__set_error("gdl_forward: %s: out of host memory", gdl__nn_label(m));
         return NULL;
@@ -25082,7 +25329,31 @@ static gdl_tensor *gdl__nn_rnn_dir(gdl_module *m, int layer, int dir, gdl_tensor
         gdl_tensor *gxt = gdl_select(gx, 0, t);
         if (!gxt || gdl__nn_rnn_cell(m, k, gxt, L, t, h, c, &outs[t]) < 0) return NULL;
     }
-    return gdl_stack((int)T, outs, 0);
+    if (gdl__tracing) return gdl_stack((int)T, outs, 0); /* the exporter's form (gdl__nn_rnn_hh_bias) */
+    /* the [B, F] steps side by side: [T·B, F] is [T, B, F], [B, T·F] is [B, T, F] (one copy; a stack would add
+       a reshape node, a zeroed gradient and a copy per step) */
+    shape[0] = batch_first ? outs[0]->shape[0] : T;
+    shape[1] = batch_first ? T : outs[0]->shape[0];
+    shape[2] = outs[0]->shape[1];
+    return (all = gdl_concat((int)T, outs, batch_first)) ? gdl_reshape(all, 3, shape) : NULL;
+}
+
+/* a batch_first input x [B, T, in] as time-major [T, B, in]: the B samples, each one block [T, in], side by
+   side as [T, B·in] (gdl_concat: a row copy per sample, where a permute moves element by element) */
+static gdl_tensor *gdl__nn_rnn_time_major(gdl_module *m, gdl_tensor *x) {
+    const int64_t B = x->shape[0], shape[3] = {x->shape[1], x->shape[0], x->shape[2]};
+    gdl_tensor *all;
+    gdl_tensor **v = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) * (size_t)B);
+    int64_t b;
+    if (B > INT_MAX) return gdl_transpose(x, 0, 1);
+    if (!v) {
+        gdl__set_error("gdl_forward: %s: out of host memory", gdl__nn_label(m));
+        return NULL;
+    }
+    for (b = 0; b < B; b++)
+        if (!(v[b] = gdl_select(x, 0, b))) return NULL;
+    all = gdl_concat((int)B, v, 1);
+    return all ? gdl_reshape(all, 3, shape) : NULL;
 }
 
 /* the layers over x (checked): out, h_n, c_n as gdl_nn_rnn_forward returns them */
@@ -25090,7 +25361,7 @@ static int gdl__nn_rnn_layers(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_
                               const gdl__rnn_lengths *L, gdl_tensor **out, gdl_tensor **hn, gdl_tensor **cn) {
     const int lstm = m->kind == GDL__M_LSTM, D = m->ia[GDL__RNN_BIDIR] ? 2 : 1, L_ = (int)m->ia[GDL__RNN_LAYERS];
     const int bf = !unbatched && m->ia[GDL__RNN_BATCH_FIRST];
-    gdl_tensor *xs = bf ? gdl_transpose(x, 0, 1) : x, **hs, **cs;
+    gdl_tensor *xs = !bf ? x : gdl__tracing ? gdl_transpose(x, 0, 1) : gdl__nn_rnn_time_major(m, x), **hs, **cs;
     int l, d;
     if (!xs) return -1;
     if (!(hs = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) * (size_t)(2 * L_ * D)))) {
@@ -25106,14 +25377,15 @@ static int gdl__nn_rnn_layers(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_
         for (d = 0; d < D; d++) {
             int k = l * D + d;
             if (!(hs[k] = gdl_select(h0, 0, k)) || (lstm && !(cs[k] = gdl_select(c0, 0, k))) ||
-                !(dirs[d] = gdl__nn_rnn_dir(m, l, d, xs, L, &hs[k], lstm ? &cs[k] : NULL)))
+                !(dirs[d] = gdl__nn_rnn_dir(m, l, d, xs, L, bf && l == L_ - 1 && !gdl__tracing, &hs[k],
+                                            lstm ? &cs[k] : NULL)))
                 return -1;
         }
         if (!(xs = D == 2 ? gdl_concat(2, dirs, 2) : dirs[0])) return -1;
     }
     if (out || gdl__nn_nrows) { /* the output's layout; a summary records its shape even when it is not wanted */
-        if (bf) xs = gdl_transpose(xs, 0, 1);
-        else if (unbatched) xs = gdl_select(xs, 1, 0);
+        if (bf && gdl__tracing) xs = gdl_transpose(xs, 0, 1);
+        else if (unbatched) /* (a batch_first output is [B, T, F] already) */ xs = gdl_select(xs, 1, 0);
         if (!xs) return -1;
         gdl__nn_record(m, xs);
         if (out) *out = xs;

@@ -3,33 +3,72 @@
 // backwards: one thread per (row, unit), reading the unit's G pre-activations
 // from gx and gh and writing the new state; the backward recomputes the gates
 // (nothing saved). Each thread owns its G gradient slots, so the += need no
-// atomics, and gx and gh may share one gradient buffer. Arithmetic in double
-// as the CPU's, so the two agree to the last rounding (up to libm's exp/tanh).
+// atomics, and gx and gh may share one gradient buffer. The arithmetic is the
+// CPU's f32 code (src/cpu/rnn.h: gdl__rnn_exp_m, gdl__lstm_row, gdl__gru_row)
+// op for op, its constants copied: every a*b+c an explicit fmaf and no product
+// added by a plain + (nvcc would contract it), IEEE division, so the two agree
+// bit for bit.
 
-__device__ __forceinline__ double gdl__cu_sigm(double v) { return 1.0 / (1.0 + exp(-v)); }
+#define GDL__CU_RNN_EXP_LO -87.0f
+#define GDL__CU_RNN_EXP_HI 88.0f
+#define GDL__CU_RNN_TANH_T 0.5625f
+
+// e^x = the result times *scale (2^k, exact); the polynomial is the GELU's of e^-r
+__device__ __forceinline__ float gdl__cu_rnn_exp_m(float x, float *scale) {
+    x = x < GDL__CU_RNN_EXP_HI ? x : GDL__CU_RNN_EXP_HI;
+    x = x > GDL__CU_RNN_EXP_LO ? x : GDL__CU_RNN_EXP_LO;
+    float kf = rintf(x * 1.44269502f), r = fmaf(-kf, 0.693147182f, x), p = -0.000197402551f;
+    r = -fmaf(-kf, -1.90465421e-09f, r);
+    p = fmaf(p, r, 0.00139350793f);
+    p = fmaf(p, r, -0.00833357032f);
+    p = fmaf(p, r, 0.041666463f);
+    p = fmaf(p, r, -0.166666657f);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, -1.0f);
+    *scale = __int_as_float(((int)kf + 127) << 23);
+    return fmaf(p, r, 1.0f);
+}
+__device__ __forceinline__ float gdl__cu_rnn_sigm(float v) {
+    float s, m = gdl__cu_rnn_exp_m(-v, &s);
+    return v != v ? v : 1.0f / fmaf(m, s, 1.0f);
+}
+__device__ __forceinline__ float gdl__cu_rnn_tanh(float v) {
+    float a = fabsf(v);
+    if (v != v) return v;
+    if (a < GDL__CU_RNN_TANH_T) {
+        float v2 = v * v, p = -0.00616940018f;
+        p = fmaf(p, v2, 0.0209991485f);
+        p = fmaf(p, v2, -0.0538351126f);
+        p = fmaf(p, v2, 0.133324265f);
+        p = fmaf(p, v2, -0.333333135f);
+        return v * fmaf(v2, p, 1.0f);
+    }
+    float s, m = gdl__cu_rnn_exp_m(-2.0f * a, &s), t = fmaf(-m, s, 1.0f) / fmaf(m, s, 1.0f);
+    return v < 0 ? -t : t;
+}
 
 __global__ void gdl__k_lstm_gates(int64_t B, int64_t H, const float *gx, const float *gh, const float *c_prev,
                                   float *hc, const float *dhc, float *dgx, float *dgh, float *dc_prev) {
     GDL_CU_LOOP(t, B * H) {
         int64_t b = t / H, j = t - b * H, base = b * 4 * H + j;
-        double gi = gdl__cu_sigm((double)gx[base] + gh[base]);
-        double gf = gdl__cu_sigm((double)gx[base + H] + gh[base + H]);
-        double gg = tanh((double)gx[base + 2 * H] + gh[base + 2 * H]);
-        double go = gdl__cu_sigm((double)gx[base + 3 * H] + gh[base + 3 * H]);
-        double cp = c_prev[t], c = gf * cp + gi * gg, tc = tanh(c);
+        float gi = gdl__cu_rnn_sigm(gx[base] + gh[base]);
+        float gf = gdl__cu_rnn_sigm(gx[base + H] + gh[base + H]);
+        float gg = gdl__cu_rnn_tanh(gx[base + 2 * H] + gh[base + 2 * H]);
+        float go = gdl__cu_rnn_sigm(gx[base + 3 * H] + gh[base + 3 * H]);
+        float cp = c_prev[t], c = fmaf(gf, cp, gi * gg), tc = gdl__cu_rnn_tanh(c);
         if (!dhc) { // forward
-            hc[t] = (float)(go * tc);
-            hc[B * H + t] = (float)c;
+            hc[t] = go * tc;
+            hc[B * H + t] = c;
             continue;
         }
-        double dh = dhc[t], dc = dhc[B * H + t] + dh * go * (1 - tc * tc);
-        double d[4] = {dc * gg * gi * (1 - gi), dc * cp * gf * (1 - gf), dc * gi * (1 - gg * gg),
-                       dh * tc * go * (1 - go)};
+        float dh = dhc[t], dc = fmaf(dh * go, fmaf(-tc, tc, 1.0f), dhc[B * H + t]);
+        float a[4] = {dc * gg, dc * cp, dc * gi, dh * tc};
+        float m[4] = {gi * (1.0f - gi), gf * (1.0f - gf), fmaf(-gg, gg, 1.0f), go * (1.0f - go)};
         for (int k = 0; k < 4; k++) {
-            if (dgx) dgx[base + k * H] += (float)d[k];
-            if (dgh) dgh[base + k * H] += (float)d[k];
+            if (dgx) dgx[base + k * H] = fmaf(a[k], m[k], dgx[base + k * H]);
+            if (dgh) dgh[base + k * H] = fmaf(a[k], m[k], dgh[base + k * H]);
         }
-        if (dc_prev) dc_prev[t] += (float)(dc * gf);
+        if (dc_prev) dc_prev[t] = fmaf(dc, gf, dc_prev[t]);
     }
 }
 
@@ -37,20 +76,23 @@ __global__ void gdl__k_gru_gates(int64_t B, int64_t H, const float *gx, const fl
                                  float *h, const float *dh, float *dgx, float *dgh, float *dh_prev) {
     GDL_CU_LOOP(t, B * H) {
         int64_t b = t / H, j = t - b * H, base = b * 3 * H + j;
-        double r = gdl__cu_sigm((double)gx[base] + gh[base]);
-        double z = gdl__cu_sigm((double)gx[base + H] + gh[base + H]);
-        double hn = gh[base + 2 * H], n = tanh((double)gx[base + 2 * H] + r * hn), hp = h_prev[t];
+        float r = gdl__cu_rnn_sigm(gx[base] + gh[base]);
+        float z = gdl__cu_rnn_sigm(gx[base + H] + gh[base + H]);
+        float hn = gh[base + 2 * H], n = gdl__cu_rnn_tanh(fmaf(r, hn, gx[base + 2 * H])), hp = h_prev[t];
         if (!dh) { // forward
-            h[t] = (float)((1 - z) * n + z * hp);
+            h[t] = fmaf(z, hp, (1.0f - z) * n);
             continue;
         }
-        double g = dh[t], dn = g * (1 - z) * (1 - n * n);
-        double d[3] = {dn * hn * r * (1 - r), g * (hp - n) * z * (1 - z), dn};
+        float g = dh[t], a[3], m[3];
+        a[2] = g * (1.0f - z), m[2] = fmaf(-n, n, 1.0f);
+        a[0] = a[2] * m[2] * hn, m[0] = r * (1.0f - r);
+        a[1] = g * (hp - n), m[1] = z * (1.0f - z);
         for (int k = 0; k < 3; k++) {
-            if (dgx) dgx[base + k * H] += (float)d[k];
-            if (dgh) dgh[base + k * H] += (float)(k == 2 ? dn * r : d[k]); // r scales gh_n only
+            if (dgx) dgx[base + k * H] = fmaf(a[k], m[k], dgx[base + k * H]);
+            // r scales gh_n only
+            if (dgh) dgh[base + k * H] = fmaf(k == 2 ? a[2] * m[2] : a[k], k == 2 ? r : m[k], dgh[base + k * H]);
         }
-        if (dh_prev) dh_prev[t] += (float)(g * z);
+        if (dh_prev) dh_prev[t] = fmaf(g, z, dh_prev[t]);
     }
 }
 

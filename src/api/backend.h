@@ -365,7 +365,7 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
        [B, G·H] the input and hidden pre-activations with their biases in, gate blocks of H in PyTorch's \
        order. LSTM (G = 4: i, f, g, o): hc [2, B, H] gets h' = o·tanh(c') then c' = f·c_prev + i·g. GRU \
        (G = 3: r, z, n): h [B, H] gets (1−z)·n + z·h_prev with n = tanh(gx_n + r·gh_n). Arithmetic in \
-       double, one rounding on store. The backwards recompute the gates from the same inputs (nothing \
+       f32, the CPU's and CUDA's alike to the bit (src/cpu/rnn.h; double in a GPUDL_DOUBLE build). The backwards recompute the gates from the same inputs (nothing \
        saved) and take the gradient of the output (dhc [2, B, H]: of h' then c'; dh [B, H]); dgx, dgh \
        [B, G·H] and dc_prev / dh_prev [B, H] +=, each may be NULL (gx and gh may be one tensor) */ \
     X(int, lstm_gates, (int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh, const gdl_real *c_prev, \

@@ -1,11 +1,13 @@
 /* src/nn/rnn.h — the recurrent modules: nn.LSTM (with proj_size), nn.GRU and nn.RNN, their forwards over
    padded batches of sequences of different lengths, and gdl_forward_ex (any module's outputs, PyTorch's tuple).
-   Per layer and direction, one GEMM projects every time step's input at once ([T*B, in] x W_ih^T, b_ih in),
-   then each step runs the hidden GEMM (b_hh in) and the fused gate op (gdl_lstm_gates / gdl_gru_gates; an
+   Per layer and direction, one GEMM projects every time step's input at once ([T*B, in] x W_ih^T, b_ih in,
+   and an LSTM's or RNN's b_hh), then each step runs the hidden GEMM (a GRU's b_hh in) and the fused gate op (gdl_lstm_gates / gdl_gru_gates; an
    RNN's tanh or relu of the sum; an LSTM with proj_size then projects h by weight_hr). Lengths are masks:
    past a sequence's end its state is kept (gdl_where) and its output zeroed (gdl_masked_fill), only at
    the steps past the shortest sequence, so the ops' own backwards give PyTorch's gradients.
-   Work is time-major ([T, B, *]): a step's slice of the projection is then a view, not a copy.
+   Work is time-major ([T, B, *]): a step's slice of the projection is then a view, not a copy. A batch_first
+   input is made time-major by one concat of its samples and the last layer's steps are put side by side
+   along dim 1: row copies, where permutes would move element by element.
    gdl_quantize_dynamic's copies (DynamicQuantizedLSTM / GRU, src/quant/) run here too: flagged
    GDL__RNN_QUANT, they hold no parameters but, per layer and direction, the two projections as int8
    children (ih, hh), which take the place of the two gdl_linear calls. */
@@ -199,19 +201,31 @@ static gdl_tensor *gdl__nn_rnn_pad(const gdl__rnn_lengths *L, int64_t t, gdl_ten
     return past ? gdl_masked_fill(h, past, 0) : NULL;
 }
 
+/* whether b_hh goes into each step's hidden GEMM: a GRU's (r multiplies the hidden side of n, its bias
+   included). An LSTM's and an RNN's only ever add to gx, so gdl__nn_rnn_dir adds both biases once, to the
+   input projection: one bias gradient over all T·B rows instead of a reduction over B at every step.
+   Traced for gdl_export_onnx (gdl__tracing), a layer keeps the plain form throughout (b_hh in the hidden
+   GEMM, a batch_first input permuted, the steps stacked): the exporter recognises a layer by that tape,
+   and a concat of the batch's samples would fix the batch size in the graph. */
+static int gdl__nn_rnn_hh_bias(const gdl_module *m) { return m->kind == GDL__M_GRU || gdl__tracing; }
+
 /* one time step of layer / direction k's cell: gx the step's input projection, *h and *c (an LSTM's) the
    state, replaced by the new one */
 static int gdl__nn_rnn_cell(gdl_module *m, int k, gdl_tensor *gx, const gdl__rnn_lengths *L, int64_t t,
                             gdl_tensor **h, gdl_tensor **c, gdl_tensor **out) {
-    const int bias = (int)m->ia[GDL__RNN_BIAS], base = k * gdl__nn_rnn_per(m);
+    const int base = k * gdl__nn_rnn_per(m);
     gdl_module *const *q = m->ia[GDL__RNN_QUANT] ? m->child + 2 * k : NULL; /* ih, hh */
-    gdl_tensor *w_hh = gdl__nn_param(m, base + 1), *b_hh = bias ? gdl__nn_param(m, base + 3) : NULL;
+    gdl_tensor *w_hh = gdl__nn_param(m, base + 1);
+    /* an LSTM's or RNN's b_hh is in gx already (gdl__nn_rnn_dir); a quantized copy's hh child adds its own */
+    gdl_tensor *b_hh = m->ia[GDL__RNN_BIAS] && gdl__nn_rnn_hh_bias(m) ? gdl__nn_param(m, base + 3) : NULL;
     gdl_tensor *gh = q ? gdl_forward(q[1], *h) : gdl_linear(*h, w_hh, b_hh), *hn, *cn = NULL;
     if (!gh) return -1;
     if (m->kind == GDL__M_LSTM) {
         gdl_tensor *hc = gdl_lstm_gates(gx, gh, *c);
         if (!hc || !(hn = gdl_select(hc, 0, 0)) || !(cn = gdl_select(hc, 0, 1))) return -1;
-        if (m->ia[GDL__RNN_PROJ] && !(hn = gdl_linear(hn, gdl__nn_param(m, base + (bias ? 4 : 2)), NULL))) return -1;
+        if (m->ia[GDL__RNN_PROJ] &&
+            !(hn = gdl_linear(hn, gdl__nn_param(m, base + (m->ia[GDL__RNN_BIAS] ? 4 : 2)), NULL)))
+            return -1;
         if (!(*c = gdl__nn_rnn_keep(L, t, cn, *c))) return -1;
     } else if (m->kind == GDL__M_GRU) {
         if (!(hn = gdl_gru_gates(gx, gh, *h))) return -1;
@@ -223,18 +237,19 @@ static int gdl__nn_rnn_cell(gdl_module *m, int k, gdl_tensor *gx, const gdl__rnn
     return 0;
 }
 
-/* one direction of one layer over the time-major input xs [T, B, in]: the outputs [T, B, F]; *h, *c (c for
-   an LSTM) hold the initial state on entry and the final one on return */
+/* one direction of one layer over the time-major input xs [T, B, in]: the outputs [T, B, F], or [B, T, F]
+   when batch_first (the steps side by side along dim 1: one copy, not a stack and a permute); *h, *c (c for an
+   LSTM) hold the initial state on entry and the final one on return */
 static gdl_tensor *gdl__nn_rnn_dir(gdl_module *m, int layer, int dir, gdl_tensor *xs, const gdl__rnn_lengths *L,
-                                   gdl_tensor **h, gdl_tensor **c) {
+                                   int batch_first, gdl_tensor **h, gdl_tensor **c) {
     const int bias = (int)m->ia[GDL__RNN_BIAS], D = m->ia[GDL__RNN_BIDIR] ? 2 : 1, k = layer * D + dir;
     const int base = k * gdl__nn_rnn_per(m);
     const int64_t T = xs->shape[0];
     gdl_module *const *q = m->ia[GDL__RNN_QUANT] ? m->child + 2 * k : NULL; /* ih, hh */
-    gdl_tensor *w_ih = gdl__nn_param(m, base), *b_ih = bias ? gdl__nn_param(m, base + 2) : NULL;
-    gdl_tensor *gx = q ? gdl_forward(q[0], xs) : gdl_linear(xs, w_ih, b_ih), **outs;
-    int64_t s;
-    if (!gx) return NULL;
+    gdl_tensor *w_ih = gdl__nn_param(m, base), *b_ih = bias ? gdl__nn_param(m, base + 2) : NULL, *gx, **outs, *all;
+    int64_t s, shape[3];
+    if (bias && !q && !gdl__nn_rnn_hh_bias(m) && !(b_ih = gdl_add(b_ih, gdl__nn_param(m, base + 3)))) return NULL;
+    if (!(gx = q ? gdl_forward(q[0], xs) : gdl_linear(xs, w_ih, b_ih))) return NULL;
     if (!(outs = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) * (size_t)T))) {
         gdl__set_error("gdl_forward: %s: out of host memory", gdl__nn_label(m));
         return NULL;
@@ -244,7 +259,31 @@ static gdl_tensor *gdl__nn_rnn_dir(gdl_module *m, int layer, int dir, gdl_tensor
         gdl_tensor *gxt = gdl_select(gx, 0, t);
         if (!gxt || gdl__nn_rnn_cell(m, k, gxt, L, t, h, c, &outs[t]) < 0) return NULL;
     }
-    return gdl_stack((int)T, outs, 0);
+    if (gdl__tracing) return gdl_stack((int)T, outs, 0); /* the exporter's form (gdl__nn_rnn_hh_bias) */
+    /* the [B, F] steps side by side: [T·B, F] is [T, B, F], [B, T·F] is [B, T, F] (one copy; a stack would add
+       a reshape node, a zeroed gradient and a copy per step) */
+    shape[0] = batch_first ? outs[0]->shape[0] : T;
+    shape[1] = batch_first ? T : outs[0]->shape[0];
+    shape[2] = outs[0]->shape[1];
+    return (all = gdl_concat((int)T, outs, batch_first)) ? gdl_reshape(all, 3, shape) : NULL;
+}
+
+/* a batch_first input x [B, T, in] as time-major [T, B, in]: the B samples, each one block [T, in], side by
+   side as [T, B·in] (gdl_concat: a row copy per sample, where a permute moves element by element) */
+static gdl_tensor *gdl__nn_rnn_time_major(gdl_module *m, gdl_tensor *x) {
+    const int64_t B = x->shape[0], shape[3] = {x->shape[1], x->shape[0], x->shape[2]};
+    gdl_tensor *all;
+    gdl_tensor **v = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) * (size_t)B);
+    int64_t b;
+    if (B > INT_MAX) return gdl_transpose(x, 0, 1);
+    if (!v) {
+        gdl__set_error("gdl_forward: %s: out of host memory", gdl__nn_label(m));
+        return NULL;
+    }
+    for (b = 0; b < B; b++)
+        if (!(v[b] = gdl_select(x, 0, b))) return NULL;
+    all = gdl_concat((int)B, v, 1);
+    return all ? gdl_reshape(all, 3, shape) : NULL;
 }
 
 /* the layers over x (checked): out, h_n, c_n as gdl_nn_rnn_forward returns them */
@@ -252,7 +291,7 @@ static int gdl__nn_rnn_layers(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_
                               const gdl__rnn_lengths *L, gdl_tensor **out, gdl_tensor **hn, gdl_tensor **cn) {
     const int lstm = m->kind == GDL__M_LSTM, D = m->ia[GDL__RNN_BIDIR] ? 2 : 1, L_ = (int)m->ia[GDL__RNN_LAYERS];
     const int bf = !unbatched && m->ia[GDL__RNN_BATCH_FIRST];
-    gdl_tensor *xs = bf ? gdl_transpose(x, 0, 1) : x, **hs, **cs;
+    gdl_tensor *xs = !bf ? x : gdl__tracing ? gdl_transpose(x, 0, 1) : gdl__nn_rnn_time_major(m, x), **hs, **cs;
     int l, d;
     if (!xs) return -1;
     if (!(hs = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) * (size_t)(2 * L_ * D)))) {
@@ -268,14 +307,15 @@ static int gdl__nn_rnn_layers(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_
         for (d = 0; d < D; d++) {
             int k = l * D + d;
             if (!(hs[k] = gdl_select(h0, 0, k)) || (lstm && !(cs[k] = gdl_select(c0, 0, k))) ||
-                !(dirs[d] = gdl__nn_rnn_dir(m, l, d, xs, L, &hs[k], lstm ? &cs[k] : NULL)))
+                !(dirs[d] = gdl__nn_rnn_dir(m, l, d, xs, L, bf && l == L_ - 1 && !gdl__tracing, &hs[k],
+                                            lstm ? &cs[k] : NULL)))
                 return -1;
         }
         if (!(xs = D == 2 ? gdl_concat(2, dirs, 2) : dirs[0])) return -1;
     }
     if (out || gdl__nn_nrows) { /* the output's layout; a summary records its shape even when it is not wanted */
-        if (bf) xs = gdl_transpose(xs, 0, 1);
-        else if (unbatched) xs = gdl_select(xs, 1, 0);
+        if (bf && gdl__tracing) xs = gdl_transpose(xs, 0, 1);
+        else if (unbatched) /* (a batch_first output is [B, T, F] already) */ xs = gdl_select(xs, 1, 0);
         if (!xs) return -1;
         gdl__nn_record(m, xs);
         if (out) *out = xs;
