@@ -13,6 +13,8 @@
 #
 #   sh bench/compare_cpu.sh [net ...]        (default: mlp cnn)
 #   THREADS=2 REPEATS=5 TORCH_VENV=build/torch-venv   (the defaults)
+#   OURS=build/PROGRAM TWIN=bench/pytorch/SCRIPT.py: another pair of the same output (bench/compare_rnn.sh's)
+#   BASE=PROGRAM: also an earlier build of ours (a copy of it), interleaved with the two, for before / after
 #   ISA=avx2: both sides held to AVX2 on an AVX-512 machine (a stand-in for
 #   an AVX2-only CPU such as AMD Zen 2/3): ours built with -mno-avx512f
 #   (build/bench_train_avx2: the AVX2 micro-kernel), PyTorch with
@@ -28,11 +30,13 @@ nets=${*:-"mlp cnn"}
 threads=${THREADS:-2}
 reps=${REPEATS:-5}
 isa=${ISA:-native}
+twin=${TWIN:-bench/pytorch/train.py}
 case $isa in
 native)
-    ours=build/bench_train
+    ours=${OURS:-build/bench_train}
     make -s "$ours" ;;
 avx2)
+    if [ -n "${OURS:-}" ]; then echo "compare_cpu.sh: ISA=avx2 builds bench/train.c only, not OURS=$OURS" >&2; exit 2; fi
     ours=build/bench_train_avx2
     make -s build/bench_train # (the same build, then its AVX2 twin)
     ${CC:-cc} -std=c99 -O3 -march=native -mno-avx512f bench/train.c -o "$ours" -pthread -lm
@@ -55,7 +59,7 @@ print("pytorch: cpu capability", torch.backends.cpu.get_cpu_capability(), "| mkl
       "| mkl", torch.backends.mkl.is_available())'
 # oneDNN's verbose lines of one short CNN run: which implementation each primitive ran
 # (onednn_verbose,<time>,primitive,exec,cpu,<kind>,<impl>,<prop>,...; the field numbers vary by version)
-ONEDNN_VERBOSE=1 OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=passive "$py" bench/pytorch/train.py cnn 2>/dev/null |
+[ "$twin" != bench/pytorch/train.py ] || ONEDNN_VERBOSE=1 OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=passive "$py" bench/pytorch/train.py cnn 2>/dev/null |
     awk -F, '/^onednn_verbose/ && /,exec,/ { for (i = 1; i < NF; i++) if ($i == "exec") { print "  onednn: " $(i + 2) " " $(i + 3) " " $(i + 4); break } }' |
     sort | uniq -c | sort -rn | head -12
 # a command's peak RSS (GNU time, where there is one) into $tmp/rss; rss prints it in MiB ("?" without)
@@ -65,13 +69,18 @@ timed() {
 rss() { awk 'BEGIN {v = "?"} /^peak_kib/ {v = sprintf("%.0f", $2 / 1024)} END {print v}' "$tmp/rss"; }
 for r in $(seq "$reps"); do
     for n in $nets; do
+        if [ -n "${BASE:-}" ]; then
+            GPUDL_NUM_THREADS="$threads" "$BASE" "$n" > "$tmp/out"
+            awk -v n="$n" '$1 == n {print $3}' "$tmp/out" >> "$tmp/base.$n"
+            echo "run $r $n: before (BASE) $(tail -1 "$tmp/base.$n") ms/step (load $(cut -d' ' -f1 /proc/loadavg))"
+        fi
         timed env GPUDL_NUM_THREADS="$threads" "$ours" "$n" > "$tmp/out"
         ra=$(rss)
         awk -v n="$n" '$1 == n {print $3}' "$tmp/out" >> "$tmp/ours.$n"
         util "$tmp/out" > "$tmp/ours_util.$n"
         # shellcheck disable=SC2046 # util_env: VAR=value words, split on purpose (the C side's peak for the twin)
         timed env $(util_env "$tmp/out") OMP_NUM_THREADS="$threads" MKL_NUM_THREADS="$threads" OMP_WAIT_POLICY=passive \
-            "$py" bench/pytorch/train.py "$n" > "$tmp/out"
+            "$py" "$twin" "$n" > "$tmp/out"
         rb=$(rss)
         awk -v n="$n" '$1 == n {print $3}' "$tmp/out" >> "$tmp/torch.$n"
         util "$tmp/out" > "$tmp/torch_util.$n"
@@ -90,6 +99,9 @@ for n in $nets; do
         'BEGIN { printf "%-6s %13.3f %16.3f %13.2f %27.2f\n", n, a, b, a / b, r }'
 done
 echo "(a run's ratio compares two programs run one after the other: on a busy machine it is the steadier figure)"
+if [ -n "${BASE:-}" ]; then
+    for n in $nets; do echo "$n before (BASE): $(median "$tmp/base.$n") ms/step, after $(median "$tmp/ours.$n") (medians)"; done
+fi
 echo
 echo "utilisation, the last run (FLOPs of a step as gdl_flops_count and FlopCounterMode count them; peak: ours, measured)"
 for n in $nets; do
