@@ -336,14 +336,14 @@ static int sr_parse_widths(sr_opts *o) {
 int main(int argc, char **argv) {
     ex_args a = ex_defaults(5, 256);
     sr_opts o;
-    const char *widths = "32,64,128";
+    const char *widths = "32,64,128", *head = "flat";
     double accs[100], secs[100], sa = 0, ss = 0, qa = 0, qs = 0;
     int parsed, s, failed = 0, missed = 0;
     ex_opt extra[8];
     memset(&o, 0, sizeof o);
     o.seeds = 5;
     o.lr = 0.2;
-    o.convs = 1;
+    o.convs = 2;
     o.tta = 2;
     o.target = 93.5;
     extra[0] = (ex_opt){"--seeds", 'i', &o.seeds, 1, 100, "runs, seeds --seed, --seed + 1, ...", NULL};
@@ -352,7 +352,8 @@ int main(int argc, char **argv) {
     extra[3] = (ex_opt){"--lr", 'd', &o.lr, 1e-6, 10, "OneCycle's peak learning rate", NULL};
     extra[4] = (ex_opt){"--progress", 'b', &o.progress, 0, 0, "a test pass after every epoch too (slower: to study the recipe)", NULL};
     extra[5] = (ex_opt){"--convs", 'i', &o.convs, 1, 2, "convolutions in each group", NULL};
-    extra[6] = (ex_opt){"--flat-head", 'b', &o.flat_head, 0, 0, "the last 3x3 map flattened into the linear layer (not max-pooled)", NULL};
+    extra[6] = (ex_opt){"--head", 's', &head, 0, 0, "the last 3x3 map into the linear layer: flat (flattened) or pool "
+                        "(max-pooled to 1x1) (default flat)", "HEAD"};
     extra[7] = (ex_opt){"--tta", 'i', &o.tta, 0, 2, "test-time augmentation: 0 none, 1 flips, 2 flips and one-pixel moves", NULL};
     setvbuf(stdout, NULL, _IOLBF, 0);
     parsed = ex_parse_opts(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_SUBSET | EX_PROFILE,
@@ -361,9 +362,14 @@ int main(int argc, char **argv) {
     if (parsed) return parsed == 1 ? 0 : 2;
     snprintf(o.widths_text, sizeof o.widths_text, "%s", widths);
     if (sr_parse_widths(&o) < 0) return 2;
+    if (strcmp(head, "flat") && strcmp(head, "pool")) {
+        fprintf(stderr, "speedrun: --head wants flat or pool, got %s\n", head);
+        return 2;
+    }
+    o.flat_head = !strcmp(head, "flat");
     printf("speedrun: %s (%s), %d threads, widths %d,%d,%d, %d conv%s a group, %s head, tta %d, batch %d, %d epochs, "
            "lr %g, target %.2f %%\n", gdl_device_str(a.device), gdl_device_name(a.device), gdl_get_num_threads(),
-           o.widths[0], o.widths[1], o.widths[2], o.convs, o.convs > 1 ? "s" : "", o.flat_head ? "flat" : "max-pool",
+           o.widths[0], o.widths[1], o.widths[2], o.convs, o.convs > 1 ? "s" : "", o.flat_head ? "flat" : "pool",
            o.tta, a.batch_size, a.epochs, o.lr, o.target);
     for (s = 0; s < o.seeds; s++) {
         if (sr_run(&o, &a, a.seed + (uint64_t)s, s == 0, &accs[s], &secs[s]) < 0) {

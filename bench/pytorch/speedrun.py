@@ -109,7 +109,7 @@ def run(a, seed):
     torch.manual_seed(seed)
     xtr, ytr = load(a.data, "train", a.train_subset)
     xte, yte = load(a.data, "t10k", a.test_subset)
-    m = net(a.widths, a.convs, a.flat_head)
+    m = net(a.widths, a.convs, a.head == "flat")
     with torch.no_grad():
         m[0].weight.copy_(whitening(xtr))
     m[0].weight.requires_grad_(False)
@@ -146,8 +146,8 @@ def main():
     ap.add_argument("--target", type=float, default=93.5)
     ap.add_argument("--widths", default="32,64,128")
     ap.add_argument("--lr", type=float, default=0.2)
-    ap.add_argument("--convs", type=int, default=1, choices=(1, 2))
-    ap.add_argument("--flat-head", action="store_true")
+    ap.add_argument("--convs", type=int, default=2, choices=(1, 2))
+    ap.add_argument("--head", default="flat", choices=("flat", "pool"))
     ap.add_argument("--tta", type=int, default=2, choices=(0, 1, 2))
     ap.add_argument("--train-subset", type=int, default=0)
     ap.add_argument("--test-subset", type=int, default=0)
@@ -158,7 +158,7 @@ def main():
         raise SystemExit("speedrun.py: --widths wants A,B,C")
     print("speedrun.py: torch %s, %d threads, widths %s, %d conv%s a group, %s head, tta %d, batch %d, %d epochs, "
           "lr %g, target %.2f %%" % (torch.__version__, torch.get_num_threads(), a.widths, a.convs,
-                                     "s" if a.convs > 1 else "", "flat" if a.flat_head else "max-pool", a.tta,
+                                     "s" if a.convs > 1 else "", a.head, a.tta,
                                      a.batch_size, a.epochs, a.lr, a.target), flush=True)
     accs, secs = [], []
     for s in range(a.seeds):
