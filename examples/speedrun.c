@@ -6,23 +6,26 @@
 
    The net: a frozen 3x3 convolution initialised by patch whitening (the 9 eigenvectors of the training
    patches' covariance, each over sqrt(eigenvalue + 5e-4): the next convolution sees decorrelated inputs of
-   equal variance; no nonlinearity between, so no negated copies as airbench's), then three
-   groups conv3x3-maxpool2-BN-GELU (widths --widths, default 32,64,128; 28 -> 14 -> 7 -> 3), a 3x3 max pool
-   and a linear layer to the 10 classes.
+   equal variance; no nonlinearity between, so no negated copies as airbench's), then three groups
+   conv3x3-maxpool2-BN-GELU, each followed (--convs 2, the default) by airbench's second conv3x3-BN-GELU at
+   the pooled size (widths --widths, default 32,64,128; 28 -> 14 -> 7 -> 3), and a linear layer from the
+   flattened 3x3 map to the 10 classes (--head pool: max-pooled to 1x1 first, the first version's head).
    The recipe: inputs normalised by 0.2860/0.3530, random crops with padding 2 and horizontal flips, cross
    entropy with label smoothing 0.2, SGD nesterov 0.9 with weight decay 5e-4 (none on biases and norm
    weights), OneCycle (pct_start 0.25) stepped per batch over the planned epochs, an EMA of the weights and
    BatchNorm statistics (decay capped at 1 - 10 / steps), and no test pass until the end: one pass with the
-   averaged weights, the outputs averaged with those of the flipped image.
-   Status: short of the target. Seed 0 (2026-12-06, a shared 2-core Xeon under load 14-20), test
-   accuracy after each epoch: 5 epochs 86.47 89.66 90.57 91.26 91.64 %; 8 epochs 85.89 89.41 90.33 90.86
-   91.42 91.64 91.87 91.95 %. About 57 CPU-seconds an epoch (some 29 s on 2 quiet cores). Three more
-   epochs gave 0.3 points: the net (a 1x1 head after a global max pool) is what limits it; wider groups,
-   a second conv per group (airbench's) or a head that keeps the 7x7 map are the next things to try.
+   averaged weights, its outputs the weighted sum of the image and its mirror (1/2) and of both moved one
+   pixel up-left and down-right (1/4 each; --tta 1: the mirror only, as gdl_evaluate_ex).
+   Status: short of the target. Seed 0, test accuracy after each epoch (2026-12-06, a shared 2-core Xeon,
+   one thread a run, load 4-9, flip TTA at the end): the first net (--convs 1 --head pool), 5 epochs: 86.47
+   89.66 90.57 91.26 91.64 %, 8 epochs: ... 91.95 %; this net, 6 epochs: 82.75 90.59 91.54 92.30 92.88
+   93.09 % (2.08e10 FLOPs a step of 256); widths 48,96,192, 4 epochs: 86.22 91.03 92.22 ... %.
+   More width or epochs are the next things to try; bench/RESULTS.md has the runs.
 
    Build: make build/speedrun      Run: make speedrun (5 seeds; SPEEDRUN_SEEDS=N to change)
    Flags: [--data DIR] [--epochs N] [--batch-size N] [--seed N (the first)] [--seeds N] [--target PERCENT]
-          [--widths A,B,C] [--lr X] [--train-subset N] [--test-subset N] [--progress] [--profile]
+          [--widths A,B,C] [--convs N] [--head flat|pool] [--tta N] [--lr X] [--train-subset N]
+          [--test-subset N] [--progress] [--profile]
    Exit status 0 when every seed reached the target, 1 when one did not or on an error, 2 for bad flags. */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"

@@ -2,19 +2,23 @@
 accuracy in the least wall time, each seed timed end to end (reading the gzipped IDX
 files to the last test pass), with the same net and recipe:
   a frozen conv3x3 1->9 initialised by patch whitening (the eigenvectors of the 3x3
-  training patches' covariance over sqrt(eigenvalue + 5e-4)), three
-  groups conv3x3 (no bias) - maxpool 2 - BatchNorm - GELU (widths 32, 64, 128; 28 -> 14 -> 7
-  -> 3), maxpool 3, linear (no bias) to 10;
+  training patches' covariance over sqrt(eigenvalue + 5e-4)), three groups conv3x3 (no
+  bias) - maxpool 2 - BatchNorm - GELU, each followed (--convs 2, the default) by a second
+  conv3x3 - BatchNorm - GELU at the pooled size (widths 32, 64, 128; 28 -> 14 -> 7 -> 3),
+  then the 3x3 map flattened (--head pool: max-pooled to 1x1) into a linear layer (no
+  bias) to 10;
   inputs normalised by 0.2860/0.3530, random crops with padding 2 and horizontal flips,
   cross entropy with label smoothing 0.2, SGD nesterov 0.9, weight decay 5e-4 (none on 1-D
   parameters), OneCycleLR (pct_start 0.25) stepped per batch, an EMA of the weights and
   BatchNorm buffers (AveragedModel, decay min(0.99, 1 - 10 / steps)), one test pass at the
-  end with the averaged model, its outputs averaged with those of the flipped images.
+  end with the averaged model: the outputs of the image and its mirror (weight 1/2) and of
+  both moved one pixel up-left and down-right, edges repeated (1/4 each; --tta 1: the
+  mirror only, 0: none).
 PyTorch's fast path: the whole dataset as one tensor, batches by indexing (no DataLoader).
 
 Run: python3 bench/pytorch/speedrun.py [--epochs N] [--batch-size N] [--seed N] [--seeds N]
-         [--target PERCENT] [--widths A,B,C] [--lr X] [--train-subset N] [--test-subset N]
-         [--data DIR]
+         [--target PERCENT] [--widths A,B,C] [--convs N] [--head flat|pool] [--tta N] [--lr X]
+         [--train-subset N] [--test-subset N] [--data DIR]
 Exit status 0 when every seed reached the target, 1 when one did not.
 """
 import argparse
