@@ -194,6 +194,9 @@ expect 2 "\-\-widths wants three widths" "$b/speedrun" --widths 32,64
 expect 2 "\-\-widths wants three widths" "$b/speedrun" --widths 32,0,128
 expect 2 "\-\-seeds '0'" "$b/speedrun" --seeds 0
 expect 2 "\-\-target '101'" "$b/speedrun" --target 101
+expect 2 "\-\-head wants flat or pool, got avg" "$b/speedrun" --head avg
+expect 2 "\-\-convs '3'" "$b/speedrun" --convs 3
+expect 2 "\-\-tta '3'" "$b/speedrun" --tta 3
 if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
     expect 0 "test accuracy [0-9]" "$b/mnist_mlp" --epochs 2 --device cpu --batch-size 128 --seed 3 --csv "$t/m.csv"
     # the metrics CSV: a header and one row per epoch, drawn by tools/plot.sh
@@ -288,6 +291,11 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
         --train-subset 2000 --test-subset 1000 --target 60
     expect 1 "^seed 3: test accuracy .* (short of the target)" "$b/speedrun" --seed 3 --seeds 1 --epochs 1 --batch-size 64 \
         --train-subset 512 --test-subset 256 --target 99.9
+    # the first net (one conv a group, the map max-pooled) learns too, tested without and with flips
+    for tta in 0 1; do
+        expect 0 "1 of 1 reached 60.00 %" "$b/speedrun" --seeds 1 --epochs 2 --batch-size 64 --convs 1 --head pool \
+            --tta $tta --train-subset 2000 --test-subset 1000 --target 60
+    done
 else
     skip=$((skip + 3)); echo "  SKIP the training runs: Fashion-MNIST is not installed (sh tools/deps.sh test installs it)"
 fi
