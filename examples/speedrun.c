@@ -20,7 +20,8 @@
    this TTA (677 s under that load) and seed 1 to 93.49 %, just short; seed 0's test accuracy after each
    epoch 80.10 90.57 91.67 92.22 92.72 93.00 93.35 % (2.08e10 FLOPs a step of 256). Shorter or wider fell
    short: 6 epochs 93.09 % (flip TTA), seed 1 in 5 epochs 92.95 %, widths 48,96,192 in 4 epochs 92.79 %; the
-   first net (--convs 1 --head pool) 91.64 % in 5 epochs, 91.95 % in 8. Seeds 2-4, quiet cores: not run yet.
+   first net (--convs 1 --head pool) 91.64 % in 5 epochs, 91.95 % in 8. Seeds 2-4 on quiet cores: 93.48,
+   93.68, 93.58 %, 314 s each.
 
    Build: make build/speedrun      Run: make speedrun (5 seeds; SPEEDRUN_SEEDS=N to change)
    Flags: [--data DIR] [--epochs N] [--batch-size N] [--seed N (the first)] [--seeds N] [--target PERCENT]
