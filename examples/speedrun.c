@@ -339,17 +339,13 @@ static int sr_parse_widths(sr_opts *o) {
 
 int main(int argc, char **argv) {
     ex_args a = ex_defaults(8, 256);
-    sr_opts o;
+    /* the defaults: 5 seeds, widths from --widths below, no progress passes, two convs a group, the head
+       from --head below, flips and moves at test time, peak lr 0.2, target 93.5 % */
+    sr_opts o = {5, {0, 0, 0}, 0, 2, 0, 2, 0.2, 93.5, ""};
     const char *widths = "32,64,128", *head = "flat";
     double accs[100], secs[100], sa = 0, ss = 0, qa = 0, qs = 0;
     int parsed, s, failed = 0, missed = 0;
     ex_opt extra[8];
-    memset(&o, 0, sizeof o);
-    o.seeds = 5;
-    o.lr = 0.2;
-    o.convs = 2;
-    o.tta = 2;
-    o.target = 93.5;
     extra[0] = (ex_opt){"--seeds", 'i', &o.seeds, 1, 100, "runs, seeds --seed, --seed + 1, ...", NULL};
     extra[1] = (ex_opt){"--target", 'd', &o.target, 1, 100, "the test accuracy (percent) every seed must reach", NULL};
     extra[2] = (ex_opt){"--widths", 's', &widths, 0, 0, "the three conv groups' channels, A,B,C (default 32,64,128)", "A,B,C"};
