@@ -39,8 +39,9 @@
           BENCH_BOUND=1: after each net, what bounds its utilisation: 10 profiled steps split into
           the ops that do the counted FLOPs (linear, matmul, convolution, attention, forward and
           backward) and all the others; the first group's GFLOP/s and share of the peak, the
-          others' time, the utilisation the net would reach if the first group ran at the peak
-          and the others as they are, and the others' time at the bandwidth gdl_add streams
+          others' time and largest rows, the utilisation the net would reach if the first group
+          ran at the peak and the others as they are, and the time the step arena's traffic
+          (written once, read twice) takes at the bandwidth gdl_add streams
           BENCH_CLOCK=cpu: the process's CPU time (clock()) instead of the wall clock, for
           before/after on a machine other processes keep busy; with GPUDL_NUM_THREADS=1 it is
           the step's work (with more threads it adds the threads' CPU time up, waits included) */
@@ -151,7 +152,7 @@ static int make_net(bnet *b, const char *full, gdl_device dev) {
         xs[1] = 3; xs[2] = 32; xs[3] = 32;
         b->opt = gdl_sgd_new(0.01, 0.9, 0, 5e-4, 1);
     } else if (!strcmp(name, "rcnn") || !strcmp(name, "resnet10")) {
-        b->m = ex_recipe_net(ex_recipe_find(name[0] == 'r' && name[1] == 'c' ? "cnn" : name));
+        b->m = ex_recipe_net(ex_recipe_find(!strcmp(name, "rcnn") ? "cnn" : name));
         b->batch = EX_RECIPE_BATCH;
         nd = 4;
         xs[1] = 1; xs[2] = 28; xs[3] = 28;
