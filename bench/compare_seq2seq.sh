@@ -5,7 +5,8 @@
 # threads (GPUDL_NUM_THREADS; torch.set_num_threads). Prints how many of the STEPS training losses agree to the
 # printed digits (%.6f) and the largest |difference|, each side's held-out loss and greedy / beam figures after
 # STEPS steps (on the first --eval-pairs held-out pairs), each side's median step time (the median of the
-# rounds' medians) and the ratio ours/PyTorch, with the CPU model and the load average before and after. The
+# rounds' medians), the ratio ours/PyTorch and each side's utilisation (our FLOP count for both; FlopCounterMode's
+# beside it where it differs), with the CPU model and the load average before and after. The
 # twin also trains once in float64: how far PyTorch's own float32 losses stray from those is the rounding noise
 # of float32 training, which grows with the steps and the learning rate (1e-5 to 1e-3 by step 100), printed
 # beside ours. Exits 1 when a loss differs by more than TOL (default 1e-4) and by more than twice that noise:
@@ -43,13 +44,14 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 runs="$steps steps, $reps interleaved rounds$in"
 . bench/torch_venv.sh
+. bench/stats.sh
 for r in $(seq "$reps"); do
     # shellcheck disable=SC2086 # ARGS: options, split on purpose
     GPUDL_NUM_THREADS=$threads "$bin" --device cpu --steps "$steps" --log-interval 1 --eval-interval "$steps" \
         --show 0 --eval-pairs 300 --save-init "$tmp/init.safetensors" --dump-batches "$tmp/batches.safetensors" \
         ${ARGS:-} >"$tmp/ours.$r"
-    # shellcheck disable=SC2086 # twin: one option, or none
-    OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads OMP_WAIT_POLICY=passive \
+    # shellcheck disable=SC2086,SC2046 # twin: one option, or none; util_env: our count and peak for the twin's line
+    env $(util_env "$tmp/ours.$r") OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads OMP_WAIT_POLICY=passive \
         "$py" bench/pytorch/seq2seq.py --threads "$threads" $twin "$tmp/init.safetensors" "$tmp/batches.safetensors" \
         >"$tmp/torch.$r"
     for s in ours torch; do sed -n 's/^median step time \([0-9.]*\) ms.*/\1/p' "$tmp/$s.$r" >>"$tmp/$s.times"; done
@@ -67,7 +69,6 @@ losses() { sed -n 's/^step \([0-9]*\): loss \([0-9.naif-]*\)$/\1 \2/p' "$1"; }
 losses "$tmp/ours.1" >"$tmp/ours.loss"
 losses "$tmp/torch.1" >"$tmp/torch.loss"
 losses "$tmp/f64" >"$tmp/f64.loss"
-. bench/stats.sh
 echo
 status=0
 noise=$(paste -d' ' "$tmp/torch.loss" "$tmp/f64.loss" | awk '$1 == $3 { d = $2 - $4; if (d < 0) d = -d; if (d > max) max = d }
@@ -88,4 +89,7 @@ for s in $sides; do
 done
 a=$(median "$tmp/ours.times") b=$(median "$tmp/torch.times")
 awk -v a="$a" -v b="$b" -v n="$reps" 'BEGIN { printf "median step time: ours %.2f ms, pytorch %.2f ms, ours/pytorch %.2f (median of %d rounds)\n", a, b, a / b, n }'
+echo "utilisation, the last round (our FLOP count and peak for both; FlopCounterMode's count beside it where it differs):"
+echo "  ours    $(sed -n 's/^utilisation: //p' "$tmp/ours.$reps")"
+echo "  pytorch $(sed -n 's/^utilisation: //p' "$tmp/torch.$reps")"
 exit $status

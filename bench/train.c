@@ -12,8 +12,8 @@
              of 64, 256, 256 channels, maxpool 3, Linear(256, 10) (not in the default list:
              ~0.7 TFLOP a step, seconds on a CPU)
      rcnn    the CNN recipe's net (examples/recipe.h "cnn": bench/fmnist92.c's BN CNN), SGD
-             nesterov, batch 128 (ours only: not in bench/pytorch/train.py)
-     resnet10 examples/resnet.c's net (recipe.h "resnet10"), SGD nesterov, batch 128 (ours only)
+             nesterov, batch 128
+     resnet10 examples/resnet.c's net (recipe.h "resnet10"), SGD nesterov, batch 128
    Modes, after the net's name (the same as bench/pytorch/train.py's):
    NET-graph: the same net with its whole step captured once as a CUDA graph
    (gdl_graph_capture) and replayed; on the CPU a replay is the eager step.

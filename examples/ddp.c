@@ -83,10 +83,11 @@ int main(int argc, char **argv) {
 
     for (epoch = 1; epoch <= a.epochs; epoch++) {
         gdl_tensor *x, *y;
-        double t0 = gdl_now(), loss_sum = 0;
-        int64_t n = 0;
+        double t0 = gdl_now(), loss_sum = 0, train_secs;
+        int64_t n = 0, steps = 0;
         int got;
         gdl_module_train(model, 1);
+        gdl_flops_reset();
         while ((got = gdl_loader_next(loader, &x, &y)) == 1) {
             gdl_tensor *loss;
             gdl_arena_reset();
@@ -96,8 +97,10 @@ int main(int argc, char **argv) {
             if (gdl_step(opt) < 0) goto fail;
             loss_sum += gdl_item(loss) * (double)y->shape[0];
             n += y->shape[0];
+            steps++;
         }
         if (got < 0) goto fail;
+        train_secs = gdl_now() - t0;
         /* the epoch's mean loss over every rank's samples */
         ((gdl_real *)sums->data)[0] = (gdl_real)loss_sum;
         ((gdl_real *)sums->data)[1] = (gdl_real)n;
@@ -113,6 +116,8 @@ int main(int argc, char **argv) {
             printf("epoch %d/%d: loss %.4f over %.0f samples, test accuracy %.2f%% (%.1f s)\n", epoch, a.epochs,
                    ((gdl_real *)sums->data)[0] / ((gdl_real *)sums->data)[1], ((gdl_real *)sums->data)[1],
                    100 * test_acc, gdl_now() - t0);
+        /* this rank's training steps (its share of each batch) against its device's peak */
+        if (rank == 0) ex_print_flops((double)gdl_flops_count(NULL, NULL), train_secs, (double)steps, dev, GDL_F32);
     }
     if (rank == 0) printf("test loss %.4f, test accuracy %.2f%%\n", test_loss, 100 * test_acc);
     rc = 0;

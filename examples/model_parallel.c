@@ -63,9 +63,10 @@ int main(int argc, char **argv) {
 
     for (epoch = 1; epoch <= a.epochs; epoch++) {
         gdl_tensor *x, *y;
-        double t0 = gdl_now(), loss_sum = 0;
-        int64_t n = 0, correct = 0, seen = 0;
+        double t0 = gdl_now(), loss_sum = 0, train_secs;
+        int64_t n = 0, correct = 0, seen = 0, steps = 0;
         int got;
+        gdl_flops_reset();
         while ((got = gdl_loader_next(loader, &x, &y)) == 1) {
             int64_t mb = x->shape[0] / MICRO, k;
             gdl_arena_reset();
@@ -81,8 +82,10 @@ int main(int argc, char **argv) {
             }
             if (gdl_step(opt) < 0) goto fail;
             n += x->shape[0];
+            steps++;
         }
         if (got < 0) goto fail;
+        train_secs = gdl_now() - t0;
         gdl_module_train(first, 0), gdl_module_train(second, 0);
         while ((got = gdl_loader_next(test_loader, &x, &y)) == 1) { /* the test set, through both halves */
             gdl_tensor *logits, *pred;
@@ -97,6 +100,8 @@ int main(int argc, char **argv) {
         gdl_module_train(first, 1), gdl_module_train(second, 1);
         printf("epoch %d/%d: loss %.4f, test accuracy %.2f%% (%.1f s)\n", epoch, a.epochs, loss_sum / (double)n,
                100.0 * (double)correct / (double)seen, gdl_now() - t0);
+        /* the training steps against cuda:0's peak (the line names it; two GPUs together have twice it) */
+        ex_print_flops((double)gdl_flops_count(NULL, NULL), train_secs, (double)steps, d0, GDL_F32);
     }
     rc = 0;
 fail:

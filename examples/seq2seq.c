@@ -864,7 +864,7 @@ static int train_step(run *r, double *loss_out) {
 static int train(run *r, uint64_t seed) {
     const opts *o = r->o;
     size_t bs = (size_t)r->B * (size_t)r->d->S, bt = (size_t)r->B * (size_t)r->d->T;
-    double loss, t0;
+    double loss, t0, flops = 0; /* flops: the training steps' (gdl_flops_count) */
     ex_steplog log = {0, 0, 0};
     int step, due;
     if (report(r, 0, 0, 0, 0) < 0) return -1;
@@ -876,13 +876,15 @@ static int train(run *r, uint64_t seed) {
             memcpy(r->dump_out + (step - 1) * bt, r->bout, sizeof(int32_t) * bt);
         }
         t0 = gdl_now();
+        gdl_flops_reset();
         if (train_step(r, &loss) < 0) return -1;
         r->times[step - 1] = gdl_now() - t0;
+        flops += (double)gdl_flops_count(NULL, NULL);
         due = ex_steplog_add(&log, "seq2seq", step, o->steps, loss, r->times[step - 1], o->log_interval, o->eval_interval);
         if (due < 0 || (due && report(r, step, log.rows, log.sum, log.secs) < 0)) return -1;
         if (due) memset(&log, 0, sizeof log);
     }
-    ex_print_median_step(r->times, o->steps);
+    ex_print_flops(flops, ex_print_median_step(r->times, o->steps) * o->steps, o->steps, r->dev, GDL_F32); /* at the median */
     return 0;
 }
 

@@ -23,5 +23,11 @@ else
     echo "FAIL: 2 ranks x 32 printed '$l2', 1 process x 64 printed '$l1'"
     printf '%s\n' "$one" | tail -n 5
 fi
+# rank 0's utilisation line after the epoch: its share of each step, its FLOPs and time
+if printf '%s\n' "$two" | grep -q '^utilisation: FLOPs/step [0-9.e+]*, [0-9.]* GFLOP/s, [0-9.]* % of peak'; then
+    pass=$((pass + 1)); echo "ok: rank 0 prints its utilisation"
+else
+    fail=$((fail + 1)); echo "FAIL: no utilisation line from rank 0"
+fi
 echo "$pass passed, $fail failed, 0 skipped"
 [ $fail -eq 0 ]

@@ -342,10 +342,11 @@ if [ -x "$b/seq2seq" ]; then
         END { if (a > 0 && z > 0 && z < 0.8 * a) { printf "held-out loss %s -> %s: fell\n", a, z; exit 0 }
               printf "held-out loss %s -> %s\n", a, z; exit 1 }' "$t/s2s"
     expect 0 "^greedy: exact match [0-9.]*% ([0-9]* of 100)" cat "$t/s2s"
+    expect 0 "^utilisation: FLOPs/step [0-9.e+]*, [0-9.]* GFLOP/s, [0-9.]* % of peak" cat "$t/s2s"
     expect 0 "^  [a-z][a-z -]* *-> .* (.*)" cat "$t/s2s"
     csv_schema "$t/s2s.csv" 2
 else
-    skip=$((skip + 11)); echo "  SKIP seq2seq: $b/seq2seq not built"
+    skip=$((skip + 12)); echo "  SKIP seq2seq: $b/seq2seq not built"
 fi
 echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import flops  # the utilisation line (this folder is on the path when run as a script)
 from st_io import read_safetensors
 from seqtrain import StepLog, adamw_two_groups, lr_at, twin_args
 
@@ -217,8 +218,11 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr_at(step - 1, c)
         opt.zero_grad(set_to_none=True)
-        loss = model.loss(src, tin, tout)
-        loss.backward()
+        with flops.counter(step == 1) as fc:  # step 1's FLOPs (its time is not in the median)
+            loss = model.loss(src, tin, tout)
+            loss.backward()
+        if step == 1:
+            step_flops = fc.get_total_flops()
         if c["grad_clip"] > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), c["grad_clip"])
         opt.step()
@@ -226,7 +230,7 @@ def main():
             print(f"eval {step}: train {log.total / log.rows:.6f} held-out {heldout_loss(model, b, c):.6f} "
                   f"lr {lr_at(step, c):.2e}, {log.secs:.1f} s, {log.rows * c['batch_size'] / log.secs:.0f} pairs/s")
             log.reset()
-    log.median()
+    print("utilisation: " + flops.line(step_flops, log.median()))
     for width in [1] + ([c["beam"]] if c["beam"] > 1 else []):
         e, ed, ch, n, s = figures(model, b, c, width)
         print(f"{'greedy' if width == 1 else f'beam {width}'}: exact match {100 * e / n:.2f}% ({e} of {n}), "

@@ -4,7 +4,7 @@ synchronised by loss.item() at the end of each repeat. Prints the same table
 (and peak GPU memory), a step's FLOPs counted by FlopCounterMode and the
 utilisation line (bench/pytorch/flops.py).
 
-Run: python3 bench/pytorch/train.py [net ...]   (mlp cnn fc10 fc50 wide air)
+Run: python3 bench/pytorch/train.py [net ...]   (mlp cnn fc10 fc50 wide air rcnn resnet10)
 
 A net name may carry a mode suffix (the mixed-precision baselines):
   NET-amp    bf16 autocast (torch.autocast), and channels_last for the conv nets
@@ -57,6 +57,10 @@ def make(name, dev, capturable=False):
                           nn.MaxPool2d(3), nn.Flatten(), nn.Linear(256, 10, bias=False))
         batch, shape = 1024, (3, 32, 32)
         opt = lambda p: torch.optim.SGD(p, 0.01, momentum=0.9, weight_decay=5e-4, nesterov=True)
+    elif name in ("rcnn", "resnet10"):  # the CNN recipe's net and resnet10, as bench/train.c
+        from recipes import make_net
+        m, batch, shape = make_net("cnn" if name == "rcnn" else name), 128, (1, 28, 28)
+        opt = lambda p: torch.optim.SGD(p, 0.05, momentum=0.9, weight_decay=5e-4, nesterov=True)
     else:
         raise SystemExit(f"unknown net {name}")
     m = m.to(dev)
