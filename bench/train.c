@@ -203,15 +203,6 @@ static int cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* 1: a profile row of an op whose FLOPs gdl_flops_count counts (the GEMM-like ops, forward or backward) */
-static int flop_row(const char *name) {
-    static const char *const ops[] = {"linear", "matmul", "bmm", "conv", "attention"};
-    size_t i;
-    for (i = 0; i < sizeof ops / sizeof ops[0]; i++)
-        if (strstr(name, ops[i])) return 1;
-    return 0;
-}
-
 /* The bandwidth gdl_add streams, GB/s: two 64 MiB inputs read, one output written, fastest of 5
    (a write-allocate's read is not counted: the figure is what the elementwise kernels see). */
 static double add_bandwidth_gbs(gdl_device dev) {
@@ -243,7 +234,7 @@ static void print_bound(bnet *b, double med, double peak_gflops, double bw_gbs) 
     total_ms = (bench_now() - t0) * 1e3 / steps;
     if (gdl_profile_end() < 0 || (nr = gdl_profile_rows(&rows)) < 0) return;
     for (i = 0; i < nr; i++)
-        if (flop_row(rows[i].name)) flop_ms += rows[i].total_ms / steps;
+        if (ex_flop_op(rows[i].name)) flop_ms += rows[i].total_ms / steps;
     other_ms = total_ms - flop_ms;
     ideal_s = b->flops / (peak_gflops * 1e9) + other_ms * 1e-3;
     printf("bound %s: profiled step %.3f ms (timed %.3f): FLOP ops %.3f ms at %.1f GFLOP/s (%.1f %% of peak), "
@@ -251,7 +242,7 @@ static void print_bound(bnet *b, double med, double peak_gflops, double bw_gbs) 
            b->name, total_ms, med * 1e3, flop_ms, b->flops * 1e-6 / flop_ms, 100 * b->flops * 1e-6 / flop_ms / peak_gflops,
            other_ms, 100 * other_ms / total_ms, 100 * b->flops / ideal_s * 1e-9 / peak_gflops);
     for (i = 0; i < nr && i < 8; i++)
-        if (!flop_row(rows[i].name))
+        if (!ex_flop_op(rows[i].name))
             printf("bound %s:   %-36s %8.3f ms/step\n", b->name, rows[i].name, rows[i].total_ms / steps);
     /* the least traffic of a step's other ops: what the forward keeps for the backward (the step's
        arena) written once and read twice */

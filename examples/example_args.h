@@ -9,8 +9,9 @@
                      a GPU, else cpu)
    --seed N          the generator's seed (initial weights, shuffling, dropout)
    --csv FILE        per-epoch metrics as CSV
-   --profile         a per-op time profile (gdl_profile_print) and the memory
-                     summary (gdl_memory_summary); no value
+   --profile         a per-op time profile (gdl_profile_print), the FLOP ops'
+                     share of it, and the memory summary (gdl_memory_summary);
+                     no value
    --amp DT          mixed precision: forward and loss under autocast in DT,
                      bf16 or f16 (gdl_autocast_begin); default off (f32)
    --train-subset N  train on the first N training samples only (quick runs, tests)
@@ -124,12 +125,35 @@ static void ex_usage(FILE *f, const char *prog, const char *about, unsigned take
     fprintf(f, "  --help            this text\n");
 }
 
-/* --profile: the profile begun before the training, and the memory summary of dev. 0 / -1 + error. */
+/* Whether a profile row (gdl_profile_rows' name) is one of the ops that do a net's FLOPs: linear layers,
+   matrix products, convolutions, attention, forward or backward. The rest (norms, activations, pooling,
+   adds, the optimizer, the loader) are passes over memory: what bounds a net's utilisation when the FLOP
+   ops run at the peak. inline: no warning where unused. */
+static inline int ex_flop_op(const char *name) {
+    static const char *const ops[] = {"linear", "matmul", "bmm", "conv", "attention", "sdpa"};
+    size_t i;
+    for (i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (strstr(name, ops[i])) return 1;
+    return 0;
+}
+
+/* --profile: the profile begun before the training, the FLOP ops' share of it (ex_flop_op), and the
+   memory summary of dev. 0 / -1 + error. */
 static inline int ex_profile_print(const char *what, gdl_device dev) { /* inline: no warning where unused */
+    const gdl_profile_row *rows;
     const char *mem;
-    if (gdl_profile_end() < 0 || !(mem = gdl_memory_summary(dev))) return -1;
+    double flop_ms = 0, total_ms = 0;
+    int nr, i;
+    if (gdl_profile_end() < 0 || (nr = gdl_profile_rows(&rows)) < 0 || !(mem = gdl_memory_summary(dev))) return -1;
     printf("\nprofile of %s on %s:\n", what, gdl_device_str(dev));
     if (gdl_profile_print(stdout) < 0) return -1;
+    for (i = 0; i < nr; i++) {
+        total_ms += rows[i].total_ms;
+        if (ex_flop_op(rows[i].name)) flop_ms += rows[i].total_ms;
+    }
+    if (total_ms > 0)
+        printf("FLOP ops (linear, matmul, convolution, attention): %.1f of the %.1f ms (%.1f %%), the other ops %.1f ms\n",
+               flop_ms, total_ms, 100 * flop_ms / total_ms, total_ms - flop_ms);
     printf("%s\n", mem);
     return 0;
 }

@@ -231,6 +231,7 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
     expect 0 "^gdl_linear backward  *cpu  *938 " cat "$t/profile"
     expect 0 "^gdl_step  *cpu  *938 " cat "$t/profile"
     expect 0 "^allocation requests  *[0-9]" cat "$t/profile"
+    expect 0 "^FLOP ops (linear, matmul, convolution, attention): [0-9.]* of the [0-9.]* ms ([0-9.]* %)" cat "$t/profile"
     expect 0 "test accuracy [0-9]" env GPUDL_DATA=/usr/share/datasets/fashion-mnist "$b/mnist_mlp" --epochs 1 --csv "$t/3.csv"
     # mixed precision: the main job with bf16 autocast ends within 0.5 points of f32's test
     # accuracy (5 epochs, seed 0; about 13 s for both on the development VM)
