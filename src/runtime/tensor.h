@@ -24,8 +24,7 @@ enum {
 static const char *const gdl__owner_text[GDL__OWN_COUNT] = {
     "the caller's",
     "a parameter or buffer of a module; gdl_module_free (of the root module) releases it",
-    "the gradient (.grad) of another tensor; it is released with that tensor (gdl_free, gdl_module_free) or by "
-    "gdl_zero_grad_ex(opt, 1)",
+    "the gradient (.grad) of another tensor; released with that tensor, or by gdl_zero_grad_ex(opt, 1)",
     "a batch of a DataLoader; the next gdl_loader_next or gdl_loader_free releases it",
     "the state or a master weight of an optimizer; gdl_optim_free releases it",
     "an average of a weight EMA; gdl_ema_free releases it",
