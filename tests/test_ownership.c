@@ -226,21 +226,26 @@ TEST file_structs(void) {
     PASS();
 }
 
+/* Four fortunes written to the file p, read into *all (zeroed first); 0 / -1 */
+static int four_fortunes(const char *p, gdl_text_list *all) {
+    FILE *fp = fopen(p, "wb");
+    memset(all, 0, sizeof *all);
+    if (!fp) return -1;
+    fputs("one fortune\n%\nanother one\n%\na third\n%\nand a fourth\n", fp);
+    fclose(fp);
+    return gdl_text_read_fortune_file(p, 0, "test", all);
+}
+
 /* Vocabularies and text lists: each freed by its own call; gdl_text_join's string by gdl_text_free; a
    dataset made from them copies what it needs. */
 TEST text(void) {
     const char *p = harness_tmp("test_ownership.fortunes");
-    FILE *fp = fopen(p, "wb");
     gdl_text_list all, tr, va;
     gdl_vocab *v;
     gdl_dataset *ds;
     char *joined;
     size_t len = 0;
-    ASSERT_NOT_NULL(fp);
-    fputs("one fortune\n%\nanother one\n%\na third\n%\nand a fourth\n", fp);
-    fclose(fp);
-    memset(&all, 0, sizeof all);
-    ASSERT_EQ(0, gdl_text_read_fortune_file(p, 0, "test", &all));
+    ASSERT_EQ(0, four_fortunes(p, &all));
     ASSERT_EQ(4, all.n);
     ASSERT_EQ(0, gdl_text_split(&all, 0.25, 1, &tr, &va));
     ASSERT_NOT_NULL(joined = gdl_text_join(&all, &len));
@@ -414,7 +419,6 @@ TEST borrowed_batches(void) {
 /* The lengths of a text loader's batch */
 TEST borrowed_lengths(void) {
     const char *p = harness_tmp("test_ownership_lengths.fortunes");
-    FILE *fp = fopen(p, "wb");
     gdl_text_list all;
     gdl_vocab *v;
     gdl_dataset *ds;
@@ -423,11 +427,7 @@ TEST borrowed_lengths(void) {
     gdl_tensor *x, *y, *len;
     char *joined;
     size_t n = 0;
-    ASSERT_NOT_NULL(fp);
-    fputs("one fortune\n%\nanother one here\n%\na third\n%\nand a fourth\n", fp);
-    fclose(fp);
-    memset(&all, 0, sizeof all);
-    ASSERT_EQ(0, gdl_text_read_fortune_file(p, 0, "test", &all));
+    ASSERT_EQ(0, four_fortunes(p, &all));
     ASSERT_NOT_NULL(joined = gdl_text_join(&all, &n));
     ASSERT_NOT_NULL(v = gdl_vocab_build(joined, n, NULL));
     ASSERT_NOT_NULL(ds = gdl_dataset_text_classes(&all, v, 32));
