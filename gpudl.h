@@ -110,6 +110,8 @@
      are temporaries of the arena: never freed one by one (gdl_free on one is
      a no-op), all gone at gdl_arena_reset (read them before, or keep one
      with gdl_clone). A parameter's .grad belongs to the parameter.
+     gdl_free refuses a tensor the library owns (parameter, buffer, .grad,
+     optimizer state, batch): nothing freed, the error names its owner.
    * Modules: a constructor returns a root the caller frees with
      gdl_module_free, which frees its children and every parameter and
      buffer. Containers take their children: gdl_nn_sequential,
@@ -725,6 +727,7 @@ struct gdl_tensor {
     /* private */
     unsigned flags;               /* GDL__T_* */
     unsigned gen;                 /* a temporary's arena generation (gdl_arena_reset count); 0 if persistent */
+    unsigned owner;               /* GDL__OWN_*: who frees it, 0 the caller (gdl_free refuses the others) */
     struct gdl_node *node;        /* the op that made it, NULL for leaves */
     struct gdl_node *last_use;    /* during gdl_backward with a gradient-ready hook: the oldest node reading it */
     const char *name;             /* optional, for messages and checkpoints */
@@ -775,7 +778,7 @@ GPUDL_API gdl_tensor *gdl_arange(int64_t n, gdl_dtype dt, gdl_device dev); /* 0.
 GPUDL_API gdl_tensor *gdl_rand(int ndim, const int64_t *shape, gdl_device dev);  /* U[0,1), f32 */
 GPUDL_API gdl_tensor *gdl_randn(int ndim, const int64_t *shape, gdl_device dev); /* N(0,1), f32 */
 GPUDL_API gdl_tensor *gdl_uniform(int ndim, const int64_t *shape, double lo, double hi, gdl_device dev);
-GPUDL_API void gdl_free(gdl_tensor *t); /* NULL and temporaries: no-op */
+GPUDL_API void gdl_free(gdl_tensor *t); /* NULL and temporaries: no-op; a tensor the library owns: refused (error) */
 
 /* The generator: counter-based, same seed gives the same numbers. One per thread: gdl_manual_seed sets the
    calling thread's to (seed, 0) and makes seed the process seed, where a thread that never set its own
@@ -1772,6 +1775,7 @@ GPUDL_API int gdl_module_add_child(gdl_module *m, const char *name, gdl_module *
 GPUDL_API int gdl_module_add_param(gdl_module *m, const char *name, gdl_tensor *t);
 /* Adds a persistent tensor as a buffer (saved, moved, not trained); takes ownership, also on failure. 0 / -1. */
 GPUDL_API int gdl_module_add_buffer(gdl_module *m, const char *name, gdl_tensor *t);
+/* (Both refuse, and leave alone, a tensor the library owns: another module's parameter, a .grad, a batch ...) */
 
 /* ---- using modules ---- */
 /* The module's forward on x (a temporary, recorded on the tape); errors name the module ("Linear '0'"). */
@@ -6061,6 +6065,29 @@ enum { GDL__T_PERSISTENT = 1, GDL__T_OWNS_DATA = 2, GDL__T_UNSET = 4 };
 
 static int gdl__is_persistent(const gdl_tensor *t) { return (t->flags & GDL__T_PERSISTENT) != 0; }
 
+/* Who owns a persistent tensor the library hands out but the caller must not free (gdl_tensor.owner). gdl_free
+   refuses such a tensor with an error saying who releases it; the owner's own code frees it with gdl__free. */
+enum {
+    GDL__OWN_CALLER, /* the caller's: gdl_free */
+    GDL__OWN_MODULE, /* a parameter or buffer of a module */
+    GDL__OWN_GRAD,   /* a persistent tensor's .grad */
+    GDL__OWN_LOADER, /* a DataLoader's batch */
+    GDL__OWN_OPTIM,  /* an optimizer's state or master weight */
+    GDL__OWN_EMA,    /* a weight EMA's average */
+    GDL__OWN_ONNX,   /* an imported ONNX model's initializer */
+    GDL__OWN_COUNT
+};
+/* what an owned tensor is and what releases it, by owner (the error of gdl_free) */
+static const char *const gdl__owner_text[GDL__OWN_COUNT] = {
+    "the caller's",
+    "a parameter or buffer of a module; gdl_module_free (of the root module) releases it",
+    "the gradient (.grad) of another tensor; released with that tensor, or by gdl_zero_grad_ex(opt, 1)",
+    "a batch of a DataLoader; the next gdl_loader_next or gdl_loader_free releases it",
+    "the state or a master weight of an optimizer; gdl_optim_free releases it",
+    "an average of a weight EMA; gdl_ema_free releases it",
+    "an initializer of an ONNX model; gdl_onnx_free releases it",
+};
+
 /* One allocation of a device holding parameters, gradients and optimizer
    state as views (llm.c's malloc_and_point_parameters; made by an optimizer,
    src/nn/). Reference counted: every tensor viewing it holds a reference
@@ -6186,15 +6213,27 @@ static gdl_tensor *gdl__tmp(const char *op, int ndim, const int64_t *shape, gdl_
     return gdl__make(op, ndim, shape, dt, dev, 0, NULL);
 }
 
-GPUDL_API void gdl_free(gdl_tensor *t) {
+/* Frees a persistent tensor whoever owns it: the owners' own release (module, loader, optimizer ... free). */
+static void gdl__free(gdl_tensor *t) {
     if (!t || !gdl__is_persistent(t)) return;
-    if (t->grad) gdl_free(t->grad);
+    if (t->grad) gdl__free(t->grad);
     if (t->flags & GDL__T_OWNS_DATA) {
         const gdl_backend *be = gdl__be("gdl_free", t->device);
         if (be) be->rt.free(t->data);
     }
     gdl__flat_unref(t->flat);
     GPUDL_FREE(t);
+}
+
+GPUDL_API void gdl_free(gdl_tensor *t) {
+    if (t && gdl__is_persistent(t) && t->owner != GDL__OWN_CALLER) {
+        /* freeing it would leave its owner a dangling pointer: refuse here, not crash later far away */
+        gdl__set_error("gdl_free: %s %s%s%s%s is not yours to free: it is %s (the tensor is left as it was)",
+                       gdl_dtype_name(t->dtype), gdl_shape_str(t), t->name ? " \"" : "", t->name ? t->name : "",
+                       t->name ? "\"" : "", t->owner < GDL__OWN_COUNT ? gdl__owner_text[t->owner] : "the library's");
+        return;
+    }
+    gdl__free(t);
 }
 
 GPUDL_API gdl_tensor *gdl_empty(int ndim, const int64_t *shape, gdl_dtype dt, gdl_device dev) {
@@ -18170,7 +18209,9 @@ static int gdl__ensure_grad_as(gdl_tensor *t, int lazy) {
                                      1);
         else
             t->grad = gdl_zeros(t->ndim, t->shape, t->dtype, t->device);
-        return t->grad ? 0 : -1;
+        if (!t->grad) return -1;
+        t->grad->owner = GDL__OWN_GRAD; /* freed with t */
+        return 0;
     }
     /* in the tensor's dtype, as PyTorch */
     if (!(t->grad = gdl__tmp("gdl_backward", t->ndim, t->shape, t->dtype, t->device))) return -1;
@@ -20961,9 +21002,9 @@ static void gdl__loader_destroy(gdl_loader *l) {
             GPUDL_FREE(s->lab);
             GPUDL_FREE(s->spare);
             if (s->tx || s->ty) { /* CPU delivery: the tensors own the buffers */
-                gdl_free(s->tx);
-                gdl_free(s->ty);
-                gdl_free(s->tl);
+                gdl__free(s->tx);
+                gdl__free(s->ty);
+                gdl__free(s->tl);
                 continue;
             }
             GPUDL_FREE(s->len);
@@ -20981,9 +21022,9 @@ static void gdl__loader_destroy(gdl_loader *l) {
         GPUDL_FREE(l->slots);
     }
     for (i = 0; i < 2; i++) {
-        gdl_free(l->dx[i]);
-        gdl_free(l->dy[i]);
-        gdl_free(l->dl[i]);
+        gdl__free(l->dx[i]);
+        gdl__free(l->dy[i]);
+        gdl__free(l->dl[i]);
         if (l->used[i]) l->be->rt.event_destroy(l->used[i]);
     }
     if (l->stream) l->be->rt.stream_destroy(l->stream);
@@ -21361,6 +21402,8 @@ static int gdl__loader_deliver(gdl_loader *l, gdl__slot *s, int64_t bsz, gdl_ten
         tl->numel = bsz;
     }
     l->lengths_out = tl;
+    tx->owner = ty->owner = GDL__OWN_LOADER; /* handed out: the caller must not gdl_free them */
+    if (tl) tl->owner = GDL__OWN_LOADER;
     if (!s->tx) {
         size_t xb = gdl_dtype_size(l->out_dtype) * (size_t)tx->numel;
         size_t yb = (l->mix ? sizeof(gdl_real) : sizeof(int32_t)) * (size_t)ty->numel;
@@ -22796,7 +22839,7 @@ static void gdl__nn_config(const gdl_module *m, char *s, size_t n) {
 static void gdl__nn_free_named(gdl__nn_named *v, int n) {
     int i;
     for (i = 0; i < n; i++) {
-        if (!v[i].tied) gdl_free(v[i].t);
+        if (!v[i].tied) gdl__free(v[i].t);
         GPUDL_FREE(v[i].name);
     }
     GPUDL_FREE(v);
@@ -22873,10 +22916,16 @@ static int gdl__nn_check_name(const char *op, const gdl_module *m, const char *n
     return 0;
 }
 
-/* Adds a tensor to a module's params (buffer = 0) or buffers; takes ownership of t. */
+/* Adds a tensor to a module's params (buffer = 0) or buffers; takes ownership of t (one the caller owns: a
+   tensor another object owns is refused and left to it). */
 static int gdl__nn_add_tensor(const char *op, gdl_module *m, const char *name, gdl_tensor *t, int buffer) {
     gdl__nn_named *v;
     char *nm;
+    if (t && gdl__is_persistent(t) && t->owner != GDL__OWN_CALLER) {
+        gdl__set_error("%s: \"%s\" %s %s is not the caller's to give: it is %s (gdl_clone makes one that is)", op,
+                       name ? name : "(null)", gdl_dtype_name(t->dtype), gdl_shape_str(t), gdl__owner_text[t->owner]);
+        return -1;
+    }
     if (!m || !t) {
         gdl__null_arg(op, !m ? "module" : "tensor");
         gdl_free(t);
@@ -22916,6 +22965,7 @@ static int gdl__nn_add_tensor(const char *op, gdl_module *m, const char *name, g
     v->t = t;
     v->tied = 0;
     t->name = nm;
+    t->owner = GDL__OWN_MODULE;
     if (!buffer) t->requires_grad = 1;
     return 0;
 }
@@ -24318,7 +24368,7 @@ static gdl_module *gdl__tfm_norm(int64_t d, double eps, int bias) {
     if (!m) return NULL;
     m->fa[GDL__LN_EPS] = eps;
     if (!bias) {
-        gdl_free(m->param[1].t);
+        gdl__free(m->param[1].t);
         GPUDL_FREE(m->param[1].name);
         m->nparam = 1;
     }
@@ -25049,7 +25099,7 @@ GPUDL_API int gdl_module_tie(gdl_module *root, const char *name, const char *tar
                        gdl_device_str(t->device));
         return -1;
     }
-    gdl_free(o->param[k].t);
+    gdl__free(o->param[k].t);
     o->param[k].t = t;
     o->param[k].tied = 1;
     return 0;
@@ -25752,9 +25802,9 @@ GPUDL_API gdl_optimizer *gdl_adamw_new(double lr, double beta1, double beta2, do
 
 static void gdl__opt_free_state(gdl__opt_param *pp) {
     int k;
-    gdl_free(pp->step);
-    gdl_free(pp->s1);
-    gdl_free(pp->s2);
+    gdl__free(pp->step);
+    gdl__free(pp->s1);
+    gdl__free(pp->s2);
     for (k = 0; k < 3; k++) GPUDL_FREE(pp->names[k]);
 }
 
@@ -25784,7 +25834,7 @@ GPUDL_API void gdl_optim_free(gdl_optimizer *opt) {
     gdl__opt_release_devs(opt);
     for (i = 0; i < opt->nparams; i++) {
         gdl__opt_free_state(&opt->params[i]);
-        gdl_free(opt->params[i].master);
+        gdl__free(opt->params[i].master);
     }
     GPUDL_FREE(opt->params);
     GPUDL_FREE(opt->groups);
@@ -26092,7 +26142,7 @@ static int gdl__opt_move_param(const char *op, gdl_optimizer *opt, gdl__opt_para
     if (opt->master == GDL_F32) {
         if (pp->master) {
             if (gdl__flat_rehome_as(op, p, f, gdl__opt_slot(opt, pp, 0), GDL_F32, pp->master) < 0) return -1;
-            gdl_free(pp->master);
+            gdl__free(pp->master);
             pp->master = NULL;
             return 0;
         }
@@ -26104,9 +26154,10 @@ static int gdl__opt_move_param(const char *op, gdl_optimizer *opt, gdl__opt_para
         gdl_tensor *m = gdl__flat_view(op, f, gdl__opt_slot(opt, pp, 4), p->ndim, p->shape, GDL_F32, 0);
         if (!m) return -1;
         m->name = "master"; /* never in a file: checkpoints save it under the parameter's name */
+        m->owner = GDL__OWN_OPTIM;
         /* f32 -> f32: a copy; a parameter of the low dtype (added as one) widens exactly */
         if (gdl__flat_rehome_as(op, m, f, m->data, GDL_F32, p) < 0) {
-            gdl_free(m);
+            gdl__free(m);
             return -1;
         }
         pp->master = m;
@@ -26266,7 +26317,7 @@ GPUDL_API int gdl_zero_grad_ex(gdl_optimizer *opt, int set_to_none) {
     if (set_to_none) {
         for (i = 0; i < opt->nparams; i++) {
             gdl_tensor *p = opt->params[i].p;
-            gdl_free(p->grad);
+            gdl__free(p->grad);
             p->grad = NULL;
         }
         return 0;
@@ -26319,7 +26370,8 @@ static int gdl__opt_ensure_state(const char *op, gdl_optimizer *opt, gdl__opt_pa
     }
     pp->step->name = pp->names[0];
     pp->s1->name = pp->names[1];
-    if (adam) pp->s2->name = pp->names[2];
+    pp->step->owner = pp->s1->owner = GDL__OWN_OPTIM;
+    if (adam) pp->s2->name = pp->names[2], pp->s2->owner = GDL__OWN_OPTIM;
     { /* its count in the block starts at 0 too (an asynchronous write: nothing is read back) */
         static const int32_t zero = 0;
         const gdl_backend *be = gdl__be(op, p->device);
@@ -26570,8 +26622,8 @@ GPUDL_API void gdl_ema_free(gdl_ema *e) {
     int i;
     if (!e) return;
     if (e->opt && e->opt->ema == e) e->opt->ema = NULL;
-    for (i = 0; e->avg && i < e->nparams; i++) gdl_free(e->avg[i]);
-    for (i = 0; e->bavg && i < e->nbuf; i++) gdl_free(e->bavg[i]);
+    for (i = 0; e->avg && i < e->nparams; i++) gdl__free(e->avg[i]);
+    for (i = 0; e->bavg && i < e->nbuf; i++) gdl__free(e->bavg[i]);
     for (i = 0; e->shadow && i < e->ndevs; i++) gdl__flat_unref(e->shadow[i]);
     GPUDL_FREE(e->shadow);
     GPUDL_FREE(e->bytes);
@@ -26599,6 +26651,7 @@ static int gdl__ema_buffers(const char *op, gdl_ema *e, gdl_module *m) {
             return -1;
         }
         if (!(e->bavg[i] = gdl_empty(e->buf[i]->ndim, e->buf[i]->shape, GDL_F32, e->buf[i]->device))) return -1;
+        e->bavg[i]->owner = GDL__OWN_EMA;
         e->nbuf++;
         if (gdl__copy_bytes(op, e->bavg[i]->data, e->bavg[i]->device, e->buf[i]->data, e->buf[i]->device,
                             sizeof(gdl_real) * (size_t)e->buf[i]->numel) < 0)
@@ -26651,6 +26704,7 @@ GPUDL_API gdl_ema *gdl_ema_new(gdl_optimizer *opt, gdl_module *m, double decay, 
         if (!(e->avg[i] = gdl__flat_view(op, e->shadow[pp->dev], e->shadow[pp->dev]->base + pp->off_lo, pp->p->ndim,
                                          pp->p->shape, GDL_F32, 0)))
             goto fail;
+        e->avg[i]->owner = GDL__OWN_EMA;
         e->nparams++;
     }
     if (e->use_buffers && gdl__ema_buffers(op, e, m) < 0) goto fail;
@@ -28596,7 +28650,7 @@ static void gdl__qties_resolve(gdl__qties *T) {
                 gdl__nn_named *v = &e->m->param[e->idx];
                 gdl_tensor *t = T->r[own].m->param[T->r[own].idx].t;
                 if (v->t == t) continue;
-                gdl_free(v->t);
+                gdl__free(v->t);
                 v->t = t;
                 v->tied = 1;
             } else if (own < 0) {
@@ -36371,7 +36425,7 @@ struct gdl_onnx_model {
 static void gdl__oi_val_free(gdl__oi_val *v) {
     GPUDL_FREE(v->name);
     GPUDL_FREE(v->i64);
-    if (v->owned) gdl_free(v->t);
+    if (v->owned) gdl__free(v->t);
     memset(v, 0, sizeof *v);
 }
 
@@ -36645,6 +36699,7 @@ static int gdl__oi_tensor(gdl_onnx_model *m, gdl__pbr r, gdl__oi_val *v) {
         v->hnd = (int)ndim;
         if (!(v->t = gdl_from_array(host, (int)ndim, shape, dt, m->dev))) goto fail;
         v->owned = 1;
+        v->t->owner = GDL__OWN_ONNX;
     }
 done:
     rc = 0;

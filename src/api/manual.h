@@ -110,6 +110,8 @@
      are temporaries of the arena: never freed one by one (gdl_free on one is
      a no-op), all gone at gdl_arena_reset (read them before, or keep one
      with gdl_clone). A parameter's .grad belongs to the parameter.
+     gdl_free refuses a tensor the library owns (parameter, buffer, .grad,
+     optimizer state, batch): nothing freed, the error names its owner.
    * Modules: a constructor returns a root the caller frees with
      gdl_module_free, which frees its children and every parameter and
      buffer. Containers take their children: gdl_nn_sequential,

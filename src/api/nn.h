@@ -223,6 +223,7 @@ GPUDL_API int gdl_module_add_child(gdl_module *m, const char *name, gdl_module *
 GPUDL_API int gdl_module_add_param(gdl_module *m, const char *name, gdl_tensor *t);
 /* Adds a persistent tensor as a buffer (saved, moved, not trained); takes ownership, also on failure. 0 / -1. */
 GPUDL_API int gdl_module_add_buffer(gdl_module *m, const char *name, gdl_tensor *t);
+/* (Both refuse, and leave alone, a tensor the library owns: another module's parameter, a .grad, a batch ...) */
 
 /* ---- using modules ---- */
 /* The module's forward on x (a temporary, recorded on the tape); errors name the module ("Linear '0'"). */

@@ -36,7 +36,7 @@ GPUDL_API gdl_tensor *gdl_arange(int64_t n, gdl_dtype dt, gdl_device dev); /* 0.
 GPUDL_API gdl_tensor *gdl_rand(int ndim, const int64_t *shape, gdl_device dev);  /* U[0,1), f32 */
 GPUDL_API gdl_tensor *gdl_randn(int ndim, const int64_t *shape, gdl_device dev); /* N(0,1), f32 */
 GPUDL_API gdl_tensor *gdl_uniform(int ndim, const int64_t *shape, double lo, double hi, gdl_device dev);
-GPUDL_API void gdl_free(gdl_tensor *t); /* NULL and temporaries: no-op */
+GPUDL_API void gdl_free(gdl_tensor *t); /* NULL and temporaries: no-op; a tensor the library owns: refused (error) */
 
 /* The generator: counter-based, same seed gives the same numbers. One per thread: gdl_manual_seed sets the
    calling thread's to (seed, 0) and makes seed the process seed, where a thread that never set its own

@@ -87,6 +87,7 @@ struct gdl_tensor {
     /* private */
     unsigned flags;               /* GDL__T_* */
     unsigned gen;                 /* a temporary's arena generation (gdl_arena_reset count); 0 if persistent */
+    unsigned owner;               /* GDL__OWN_*: who frees it, 0 the caller (gdl_free refuses the others) */
     struct gdl_node *node;        /* the op that made it, NULL for leaves */
     struct gdl_node *last_use;    /* during gdl_backward with a gradient-ready hook: the oldest node reading it */
     const char *name;             /* optional, for messages and checkpoints */

@@ -733,9 +733,9 @@ static void gdl__loader_destroy(gdl_loader *l) {
             GPUDL_FREE(s->lab);
             GPUDL_FREE(s->spare);
             if (s->tx || s->ty) { /* CPU delivery: the tensors own the buffers */
-                gdl_free(s->tx);
-                gdl_free(s->ty);
-                gdl_free(s->tl);
+                gdl__free(s->tx);
+                gdl__free(s->ty);
+                gdl__free(s->tl);
                 continue;
             }
             GPUDL_FREE(s->len);
@@ -753,9 +753,9 @@ static void gdl__loader_destroy(gdl_loader *l) {
         GPUDL_FREE(l->slots);
     }
     for (i = 0; i < 2; i++) {
-        gdl_free(l->dx[i]);
-        gdl_free(l->dy[i]);
-        gdl_free(l->dl[i]);
+        gdl__free(l->dx[i]);
+        gdl__free(l->dy[i]);
+        gdl__free(l->dl[i]);
         if (l->used[i]) l->be->rt.event_destroy(l->used[i]);
     }
     if (l->stream) l->be->rt.stream_destroy(l->stream);
@@ -1133,6 +1133,8 @@ static int gdl__loader_deliver(gdl_loader *l, gdl__slot *s, int64_t bsz, gdl_ten
         tl->numel = bsz;
     }
     l->lengths_out = tl;
+    tx->owner = ty->owner = GDL__OWN_LOADER; /* handed out: the caller must not gdl_free them */
+    if (tl) tl->owner = GDL__OWN_LOADER;
     if (!s->tx) {
         size_t xb = gdl_dtype_size(l->out_dtype) * (size_t)tx->numel;
         size_t yb = (l->mix ? sizeof(gdl_real) : sizeof(int32_t)) * (size_t)ty->numel;

@@ -47,7 +47,7 @@ struct gdl_onnx_model {
 static void gdl__oi_val_free(gdl__oi_val *v) {
     GPUDL_FREE(v->name);
     GPUDL_FREE(v->i64);
-    if (v->owned) gdl_free(v->t);
+    if (v->owned) gdl__free(v->t);
     memset(v, 0, sizeof *v);
 }
 
@@ -321,6 +321,7 @@ static int gdl__oi_tensor(gdl_onnx_model *m, gdl__pbr r, gdl__oi_val *v) {
         v->hnd = (int)ndim;
         if (!(v->t = gdl_from_array(host, (int)ndim, shape, dt, m->dev))) goto fail;
         v->owned = 1;
+        v->t->owner = GDL__OWN_ONNX;
     }
 done:
     rc = 0;

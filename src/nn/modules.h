@@ -177,7 +177,7 @@ static void gdl__nn_config(const gdl_module *m, char *s, size_t n) {
 static void gdl__nn_free_named(gdl__nn_named *v, int n) {
     int i;
     for (i = 0; i < n; i++) {
-        if (!v[i].tied) gdl_free(v[i].t);
+        if (!v[i].tied) gdl__free(v[i].t);
         GPUDL_FREE(v[i].name);
     }
     GPUDL_FREE(v);
@@ -254,10 +254,16 @@ static int gdl__nn_check_name(const char *op, const gdl_module *m, const char *n
     return 0;
 }
 
-/* Adds a tensor to a module's params (buffer = 0) or buffers; takes ownership of t. */
+/* Adds a tensor to a module's params (buffer = 0) or buffers; takes ownership of t (one the caller owns: a
+   tensor another object owns is refused and left to it). */
 static int gdl__nn_add_tensor(const char *op, gdl_module *m, const char *name, gdl_tensor *t, int buffer) {
     gdl__nn_named *v;
     char *nm;
+    if (t && gdl__is_persistent(t) && t->owner != GDL__OWN_CALLER) {
+        gdl__set_error("%s: \"%s\" %s %s is not the caller's to give: it is %s (gdl_clone makes one that is)", op,
+                       name ? name : "(null)", gdl_dtype_name(t->dtype), gdl_shape_str(t), gdl__owner_text[t->owner]);
+        return -1;
+    }
     if (!m || !t) {
         gdl__null_arg(op, !m ? "module" : "tensor");
         gdl_free(t);
@@ -297,6 +303,7 @@ static int gdl__nn_add_tensor(const char *op, gdl_module *m, const char *name, g
     v->t = t;
     v->tied = 0;
     t->name = nm;
+    t->owner = GDL__OWN_MODULE;
     if (!buffer) t->requires_grad = 1;
     return 0;
 }

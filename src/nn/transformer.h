@@ -46,7 +46,7 @@ static gdl_module *gdl__tfm_norm(int64_t d, double eps, int bias) {
     if (!m) return NULL;
     m->fa[GDL__LN_EPS] = eps;
     if (!bias) {
-        gdl_free(m->param[1].t);
+        gdl__free(m->param[1].t);
         GPUDL_FREE(m->param[1].name);
         m->nparam = 1;
     }
@@ -777,7 +777,7 @@ GPUDL_API int gdl_module_tie(gdl_module *root, const char *name, const char *tar
                        gdl_device_str(t->device));
         return -1;
     }
-    gdl_free(o->param[k].t);
+    gdl__free(o->param[k].t);
     o->param[k].t = t;
     o->param[k].tied = 1;
     return 0;

@@ -88,7 +88,9 @@ static int gdl__ensure_grad_as(gdl_tensor *t, int lazy) {
                                      1);
         else
             t->grad = gdl_zeros(t->ndim, t->shape, t->dtype, t->device);
-        return t->grad ? 0 : -1;
+        if (!t->grad) return -1;
+        t->grad->owner = GDL__OWN_GRAD; /* freed with t */
+        return 0;
     }
     /* in the tensor's dtype, as PyTorch */
     if (!(t->grad = gdl__tmp("gdl_backward", t->ndim, t->shape, t->dtype, t->device))) return -1;

@@ -282,7 +282,7 @@ static void gdl__qties_resolve(gdl__qties *T) {
                 gdl__nn_named *v = &e->m->param[e->idx];
                 gdl_tensor *t = T->r[own].m->param[T->r[own].idx].t;
                 if (v->t == t) continue;
-                gdl_free(v->t);
+                gdl__free(v->t);
                 v->t = t;
                 v->tied = 1;
             } else if (own < 0) {

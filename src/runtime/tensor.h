@@ -8,6 +8,29 @@ enum { GDL__T_PERSISTENT = 1, GDL__T_OWNS_DATA = 2, GDL__T_UNSET = 4 };
 
 static int gdl__is_persistent(const gdl_tensor *t) { return (t->flags & GDL__T_PERSISTENT) != 0; }
 
+/* Who owns a persistent tensor the library hands out but the caller must not free (gdl_tensor.owner). gdl_free
+   refuses such a tensor with an error saying who releases it; the owner's own code frees it with gdl__free. */
+enum {
+    GDL__OWN_CALLER, /* the caller's: gdl_free */
+    GDL__OWN_MODULE, /* a parameter or buffer of a module */
+    GDL__OWN_GRAD,   /* a persistent tensor's .grad */
+    GDL__OWN_LOADER, /* a DataLoader's batch */
+    GDL__OWN_OPTIM,  /* an optimizer's state or master weight */
+    GDL__OWN_EMA,    /* a weight EMA's average */
+    GDL__OWN_ONNX,   /* an imported ONNX model's initializer */
+    GDL__OWN_COUNT
+};
+/* what an owned tensor is and what releases it, by owner (the error of gdl_free) */
+static const char *const gdl__owner_text[GDL__OWN_COUNT] = {
+    "the caller's",
+    "a parameter or buffer of a module; gdl_module_free (of the root module) releases it",
+    "the gradient (.grad) of another tensor; released with that tensor, or by gdl_zero_grad_ex(opt, 1)",
+    "a batch of a DataLoader; the next gdl_loader_next or gdl_loader_free releases it",
+    "the state or a master weight of an optimizer; gdl_optim_free releases it",
+    "an average of a weight EMA; gdl_ema_free releases it",
+    "an initializer of an ONNX model; gdl_onnx_free releases it",
+};
+
 /* One allocation of a device holding parameters, gradients and optimizer
    state as views (llm.c's malloc_and_point_parameters; made by an optimizer,
    src/nn/). Reference counted: every tensor viewing it holds a reference
@@ -133,15 +156,27 @@ static gdl_tensor *gdl__tmp(const char *op, int ndim, const int64_t *shape, gdl_
     return gdl__make(op, ndim, shape, dt, dev, 0, NULL);
 }
 
-GPUDL_API void gdl_free(gdl_tensor *t) {
+/* Frees a persistent tensor whoever owns it: the owners' own release (module, loader, optimizer ... free). */
+static void gdl__free(gdl_tensor *t) {
     if (!t || !gdl__is_persistent(t)) return;
-    if (t->grad) gdl_free(t->grad);
+    if (t->grad) gdl__free(t->grad);
     if (t->flags & GDL__T_OWNS_DATA) {
         const gdl_backend *be = gdl__be("gdl_free", t->device);
         if (be) be->rt.free(t->data);
     }
     gdl__flat_unref(t->flat);
     GPUDL_FREE(t);
+}
+
+GPUDL_API void gdl_free(gdl_tensor *t) {
+    if (t && gdl__is_persistent(t) && t->owner != GDL__OWN_CALLER) {
+        /* freeing it would leave its owner a dangling pointer: refuse here, not crash later far away */
+        gdl__set_error("gdl_free: %s %s%s%s%s is not yours to free: it is %s (the tensor is left as it was)",
+                       gdl_dtype_name(t->dtype), gdl_shape_str(t), t->name ? " \"" : "", t->name ? t->name : "",
+                       t->name ? "\"" : "", t->owner < GDL__OWN_COUNT ? gdl__owner_text[t->owner] : "the library's");
+        return;
+    }
+    gdl__free(t);
 }
 
 GPUDL_API gdl_tensor *gdl_empty(int ndim, const int64_t *shape, gdl_dtype dt, gdl_device dev) {

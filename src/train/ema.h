@@ -47,8 +47,8 @@ GPUDL_API void gdl_ema_free(gdl_ema *e) {
     int i;
     if (!e) return;
     if (e->opt && e->opt->ema == e) e->opt->ema = NULL;
-    for (i = 0; e->avg && i < e->nparams; i++) gdl_free(e->avg[i]);
-    for (i = 0; e->bavg && i < e->nbuf; i++) gdl_free(e->bavg[i]);
+    for (i = 0; e->avg && i < e->nparams; i++) gdl__free(e->avg[i]);
+    for (i = 0; e->bavg && i < e->nbuf; i++) gdl__free(e->bavg[i]);
     for (i = 0; e->shadow && i < e->ndevs; i++) gdl__flat_unref(e->shadow[i]);
     GPUDL_FREE(e->shadow);
     GPUDL_FREE(e->bytes);
@@ -76,6 +76,7 @@ static int gdl__ema_buffers(const char *op, gdl_ema *e, gdl_module *m) {
             return -1;
         }
         if (!(e->bavg[i] = gdl_empty(e->buf[i]->ndim, e->buf[i]->shape, GDL_F32, e->buf[i]->device))) return -1;
+        e->bavg[i]->owner = GDL__OWN_EMA;
         e->nbuf++;
         if (gdl__copy_bytes(op, e->bavg[i]->data, e->bavg[i]->device, e->buf[i]->data, e->buf[i]->device,
                             sizeof(gdl_real) * (size_t)e->buf[i]->numel) < 0)
@@ -128,6 +129,7 @@ GPUDL_API gdl_ema *gdl_ema_new(gdl_optimizer *opt, gdl_module *m, double decay, 
         if (!(e->avg[i] = gdl__flat_view(op, e->shadow[pp->dev], e->shadow[pp->dev]->base + pp->off_lo, pp->p->ndim,
                                          pp->p->shape, GDL_F32, 0)))
             goto fail;
+        e->avg[i]->owner = GDL__OWN_EMA;
         e->nparams++;
     }
     if (e->use_buffers && gdl__ema_buffers(op, e, m) < 0) goto fail;

@@ -155,9 +155,9 @@ GPUDL_API gdl_optimizer *gdl_adamw_new(double lr, double beta1, double beta2, do
 
 static void gdl__opt_free_state(gdl__opt_param *pp) {
     int k;
-    gdl_free(pp->step);
-    gdl_free(pp->s1);
-    gdl_free(pp->s2);
+    gdl__free(pp->step);
+    gdl__free(pp->s1);
+    gdl__free(pp->s2);
     for (k = 0; k < 3; k++) GPUDL_FREE(pp->names[k]);
 }
 
@@ -187,7 +187,7 @@ GPUDL_API void gdl_optim_free(gdl_optimizer *opt) {
     gdl__opt_release_devs(opt);
     for (i = 0; i < opt->nparams; i++) {
         gdl__opt_free_state(&opt->params[i]);
-        gdl_free(opt->params[i].master);
+        gdl__free(opt->params[i].master);
     }
     GPUDL_FREE(opt->params);
     GPUDL_FREE(opt->groups);
@@ -495,7 +495,7 @@ static int gdl__opt_move_param(const char *op, gdl_optimizer *opt, gdl__opt_para
     if (opt->master == GDL_F32) {
         if (pp->master) {
             if (gdl__flat_rehome_as(op, p, f, gdl__opt_slot(opt, pp, 0), GDL_F32, pp->master) < 0) return -1;
-            gdl_free(pp->master);
+            gdl__free(pp->master);
             pp->master = NULL;
             return 0;
         }
@@ -507,9 +507,10 @@ static int gdl__opt_move_param(const char *op, gdl_optimizer *opt, gdl__opt_para
         gdl_tensor *m = gdl__flat_view(op, f, gdl__opt_slot(opt, pp, 4), p->ndim, p->shape, GDL_F32, 0);
         if (!m) return -1;
         m->name = "master"; /* never in a file: checkpoints save it under the parameter's name */
+        m->owner = GDL__OWN_OPTIM;
         /* f32 -> f32: a copy; a parameter of the low dtype (added as one) widens exactly */
         if (gdl__flat_rehome_as(op, m, f, m->data, GDL_F32, p) < 0) {
-            gdl_free(m);
+            gdl__free(m);
             return -1;
         }
         pp->master = m;
@@ -669,7 +670,7 @@ GPUDL_API int gdl_zero_grad_ex(gdl_optimizer *opt, int set_to_none) {
     if (set_to_none) {
         for (i = 0; i < opt->nparams; i++) {
             gdl_tensor *p = opt->params[i].p;
-            gdl_free(p->grad);
+            gdl__free(p->grad);
             p->grad = NULL;
         }
         return 0;
@@ -722,7 +723,8 @@ static int gdl__opt_ensure_state(const char *op, gdl_optimizer *opt, gdl__opt_pa
     }
     pp->step->name = pp->names[0];
     pp->s1->name = pp->names[1];
-    if (adam) pp->s2->name = pp->names[2];
+    pp->step->owner = pp->s1->owner = GDL__OWN_OPTIM;
+    if (adam) pp->s2->name = pp->names[2], pp->s2->owner = GDL__OWN_OPTIM;
     { /* its count in the block starts at 0 too (an asynchronous write: nothing is read back) */
         static const int32_t zero = 0;
         const gdl_backend *be = gdl__be(op, p->device);
