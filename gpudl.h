@@ -11338,8 +11338,9 @@ static int gdl__dconv_weight_grad(const gdl_conv_geom *g, int groups, int OC, co
     if (d.chunk < 1) d.chunk = 1;
     gdl__pool_run(g->N, gdl__dconv_gw_prep, &d);
     /* several tasks a thread (GDL__POOL_SPLIT), taken in turn: a thread the OS deschedules holds up only
-       the item range it has begun. An item's sums go through the samples in order whichever task has it. */
-    ntask = GDL__POOL_SPLIT * threads < nitems ? GDL__POOL_SPLIT * threads : nitems;
+       the item range it has begun. One on one thread, which then reads the gradients once. An item's sums
+       go through the samples in order whichever task has it. */
+    ntask = threads <= 1 ? 1 : GDL__POOL_SPLIT * threads < nitems ? GDL__POOL_SPLIT * threads : nitems;
     gdl__pool_run(ntask, gdl__dconv_gw_task, &d);
     return 0;
 }
@@ -11430,7 +11431,7 @@ static int gdl__dconv_input_grad(const gdl_conv_geom *g, int groups, int OC, con
     gdl__dconv_gx_job d;
     float *wq;
     int *ko;
-    int gi, ct, kk, oc, o;
+    int gi, ct, kk, oc, o, split;
     memset(&d, 0, sizeof d);
     d.g = g; d.groups = groups; d.OC = OC; d.w = w; d.gy = gy; d.gx = gx;
     d.Hq = g->H + g->DH * (g->KH - 1);
@@ -11438,9 +11439,10 @@ static int gdl__dconv_input_grad(const gdl_conv_geom *g, int groups, int OC, con
     d.ntile = (Cg + OCT - 1) / OCT;
     d.kc_blk = gdl__gemm_block(OCg, GDL__GEMM_KC, 1);
     /* samples a task: about an equal share of GDL__POOL_SPLIT tasks a thread (a thread the OS deschedules
-       then holds up only the few samples it has begun), at most 16. Each pixel's sums are the same
-       whatever task has it. */
-    d.nb = (g->N + GDL__POOL_SPLIT * threads - 1) / (GDL__POOL_SPLIT * threads);
+       then holds up only the few samples it has begun; one thread: all), at most 16. Each pixel's sums
+       are the same whatever task has it. */
+    split = threads <= 1 ? 1 : GDL__POOL_SPLIT * threads;
+    d.nb = (g->N + split - 1) / split;
     if (d.nb > 16) d.nb = 16;
     d.wsz = ((size_t)groups * d.ntile * KK * OCg * OCT + (size_t)OCg + 15) & ~(size_t)15;
     d.tsz = (((size_t)d.nb * OC * d.Hq * d.Wq + 15) & ~(size_t)15) + (size_t)2 * UR * OCT;
