@@ -13,6 +13,7 @@
 #   THREADS="1 2": each net on 1 and on 2 threads, interleaved
 #   BASE=PROGRAM: also an earlier build of bench/train.c (a copy of it), run
 #   before ours in each round (quiet, busy), for before / after; a row each
+#   (char_gpt: ours only)
 #
 # Each figure is one run of bench/train.c: its median time per step (5
 # timed stretches of ~0.5 s of steps on one random batch, after warm-up);
