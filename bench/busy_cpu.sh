@@ -11,6 +11,9 @@
 #   net char_gpt: examples/char_gpt.c's default model, CHAR_GPT=build/char_gpt
 #   (or another build), GPT_STEPS=30 steps a run
 #   THREADS="1 2": each net on 1 and on 2 threads, interleaved
+#   BASE=PROGRAM: also an earlier build of bench/train.c (a copy of it), run
+#   before ours in each round (quiet, busy), for before / after; a row each
+#   (char_gpt: ours only)
 #
 # Each figure is one run of bench/train.c: its median time per step (5
 # timed stretches of ~0.5 s of steps on one random batch, after warm-up);
@@ -21,18 +24,19 @@ nets=${*:-"mlp cnn"}
 threads=${THREADS:-2}
 reps=${REPEATS:-5}
 ours=${BENCH_TRAIN:-build/bench_train}
+base=${BASE:-}
 gpt=${CHAR_GPT:-build/char_gpt}
 for n in $nets; do
     if [ "$n" = char_gpt ]; then [ -n "${CHAR_GPT:-}" ] || make -s "$gpt"; else [ -n "${BENCH_TRAIN:-}" ] || make -s "$ours"; fi
 done
 
-# run NET THREADS: one run's ms/step
+# run NET THREADS [PROGRAM]: one run's ms/step (PROGRAM: bench/train.c's build, ours unless given)
 run() {
     if [ "$1" = char_gpt ]; then
         GPUDL_NUM_THREADS=$2 "$gpt" --device cpu --steps "${GPT_STEPS:-30}" --eval-interval "${GPT_STEPS:-30}" \
             --sample-len 0 | sed -n 's/^median step time \([0-9.]*\) ms.*/\1/p'
     else
-        GPUDL_NUM_THREADS=$2 OMP_NUM_THREADS=$2 "$ours" "$1" | awk -v n="$1" '$1 == n {print $3}'
+        GPUDL_NUM_THREADS=$2 OMP_NUM_THREADS=$2 "${3:-$ours}" "$1" | awk -v n="$1" '$1 == n {print $3}'
     fi
 }
 
@@ -41,19 +45,26 @@ busy=
 trap 'rm -rf "$tmp"; [ -z "$busy" ] || kill "$busy" 2>/dev/null' EXIT
 case " $nets " in *" char_gpt "*) progs="$gpt" ;; *) progs= ;; esac
 [ "$nets" = char_gpt ] || progs="$ours${progs:+, $progs}"
+[ -z "$base" ] || progs="$progs, base $base"
 echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs online; $progs, threads $threads, $reps runs each"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$reps"); do
     for n in $nets; do
         for t in $threads; do
-            run "$n" "$t" >> "$tmp/quiet.$n.$t"
-            yes > /dev/null &
-            busy=$!
-            run "$n" "$t" >> "$tmp/busy.$n.$t"
-            kill "$busy"
-            wait "$busy" 2>/dev/null || true
-            busy=
-            echo "run $r $n, $t threads: quiet $(tail -1 "$tmp/quiet.$n.$t") ms/step, busy $(tail -1 "$tmp/busy.$n.$t") ms/step (load $(cut -d' ' -f1 /proc/loadavg))"
+            for who in ${base:+base} ours; do
+                [ "$who" = ours ] || [ "$n" != char_gpt ] || continue
+                prog=$ours
+                [ "$who" = ours ] || prog=$base
+                run "$n" "$t" "$prog" >> "$tmp/quiet.$n.$t.$who"
+                yes > /dev/null &
+                busy=$!
+                run "$n" "$t" "$prog" >> "$tmp/busy.$n.$t.$who"
+                kill "$busy"
+                wait "$busy" 2>/dev/null || true
+                busy=
+                echo "run $r $n, $t threads${base:+, $who}: quiet $(tail -1 "$tmp/quiet.$n.$t.$who") ms/step," \
+                    "busy $(tail -1 "$tmp/busy.$n.$t.$who") ms/step (load $(cut -d' ' -f1 /proc/loadavg))"
+            done
         done
     done
 done
@@ -63,7 +74,10 @@ echo
 echo "net      threads  quiet ms/step  busy ms/step  busy/quiet   (medians of $reps runs)"
 for n in $nets; do
     for t in $threads; do
-        awk -v n="$n" -v t="$t" -v a="$(median "$tmp/quiet.$n.$t")" -v b="$(median "$tmp/busy.$n.$t")" \
-            'BEGIN { printf "%-8s %7s %14.3f %13.3f %11.2f\n", n, t, a, b, b / a }'
+        for who in ${base:+base} ours; do
+            [ -f "$tmp/quiet.$n.$t.$who" ] || continue
+            awk -v n="$n${base:+ ($who)}" -v t="$t" -v a="$(median "$tmp/quiet.$n.$t.$who")" \
+                -v b="$(median "$tmp/busy.$n.$t.$who")" 'BEGIN { printf "%-8s %7s %14.3f %13.3f %11.2f\n", n, t, a, b, b / a }'
+        done
     done
 done

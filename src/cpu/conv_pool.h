@@ -320,7 +320,7 @@ static void gdl__dconv_task(void *p, int t, int nt) {
    its k loop runs over the pixels (ko: their offsets). A work item is a
    tile of GDL__DCONV_UR rows of col by a channel tile of a group, whose sums
    (acc) go through every sample in order, as the GEMM's segments: the bits
-   do not depend on which thread has the item. Each thread takes its items
+   do not depend on which task has the item. Each task takes its items
    through the samples a chunk at a time, so that a chunk's padded inputs
    and transposed gradients are read from its cache by all of them. */
 typedef struct {
@@ -360,7 +360,9 @@ static void gdl__dconv_gw_prep(void *p, int t, int nt) {
         }
 }
 
-/* Thread t's share of the work items, from gw and back. */
+/* Task t's share of the work items (a contiguous range, so that a task's
+   items mostly share a channel tile and its transposed gradients), from gw
+   and back. */
 static void gdl__dconv_gw_task(void *p, int t, int nt) {
     const gdl__dconv_gw_job *d = (const gdl__dconv_gw_job *)p;
     const gdl_conv_geom *g = d->g;
@@ -409,11 +411,12 @@ static int gdl__dconv_weight_grad(const gdl_conv_geom *g, int groups, int OC, co
     const int Hp = g->H + 2 * g->PH, Wp = g->W + 2 * g->PW;
     gdl__dconv_gw_job d;
     size_t xsz, ysz, asz, isz;
-    int *rowoff, *po, k, q;
+    int *rowoff, *po, k, q, nitems, ntask;
     memset(&d, 0, sizeof d);
     d.g = g; d.groups = groups; d.OC = OC; d.x = x; d.gy = gy; d.gw = gw;
     d.ntile = (OCg + OCT - 1) / OCT;
     d.nk = (K + UR - 1) / UR;
+    nitems = groups * d.ntile * d.nk;
     d.kc_blk = gdl__gemm_block(OHW, GDL__GEMM_KC, 1);
     xsz = ((size_t)g->N * g->C * Hp * Wp + 15) & ~(size_t)15;
     ysz = (size_t)g->N * groups * d.ntile * OHW * OCT;
@@ -438,7 +441,11 @@ static int gdl__dconv_weight_grad(const gdl_conv_geom *g, int groups, int OC, co
     d.chunk = (int)(((size_t)128 << 10) / ((size_t)g->C * Hp * Wp + (size_t)groups * d.ntile * OHW * OCT + 1));
     if (d.chunk < 1) d.chunk = 1;
     gdl__pool_run(g->N, gdl__dconv_gw_prep, &d);
-    gdl__pool_run(threads, gdl__dconv_gw_task, &d);
+    /* several tasks a thread (GDL__POOL_SPLIT), taken in turn: a thread the OS deschedules holds up only
+       the item range it has begun. One on one thread, which then reads the gradients once. An item's sums
+       go through the samples in order whichever task has it. */
+    ntask = threads <= 1 ? 1 : GDL__POOL_SPLIT * threads < nitems ? GDL__POOL_SPLIT * threads : nitems;
+    gdl__pool_run(ntask, gdl__dconv_gw_task, &d);
     return 0;
 }
 
@@ -528,15 +535,18 @@ static int gdl__dconv_input_grad(const gdl_conv_geom *g, int groups, int OC, con
     gdl__dconv_gx_job d;
     float *wq;
     int *ko;
-    int gi, ct, kk, oc, o;
+    int gi, ct, kk, oc, o, split;
     memset(&d, 0, sizeof d);
     d.g = g; d.groups = groups; d.OC = OC; d.w = w; d.gy = gy; d.gx = gx;
     d.Hq = g->H + g->DH * (g->KH - 1);
     d.Wq = g->W + g->DW * (g->KW - 1);
     d.ntile = (Cg + OCT - 1) / OCT;
     d.kc_blk = gdl__gemm_block(OCg, GDL__GEMM_KC, 1);
-    /* samples a task: about an equal share of the threads', at most 16 */
-    d.nb = (g->N + threads - 1) / threads;
+    /* samples a task: about an equal share of GDL__POOL_SPLIT tasks a thread (a thread the OS deschedules
+       then holds up only the few samples it has begun; one thread: all), at most 16. Each pixel's sums
+       are the same whatever task has it. */
+    split = threads <= 1 ? 1 : GDL__POOL_SPLIT * threads;
+    d.nb = (g->N + split - 1) / split;
     if (d.nb > 16) d.nb = 16;
     d.wsz = ((size_t)groups * d.ntile * KK * OCg * OCT + (size_t)OCg + 15) & ~(size_t)15;
     d.tsz = (((size_t)d.nb * OC * d.Hq * d.Wq + 15) & ~(size_t)15) + (size_t)2 * UR * OCT;
