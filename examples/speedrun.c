@@ -16,12 +16,14 @@
    BatchNorm statistics (decay capped at 1 - 10 / steps), and no test pass until the end: one pass with the
    averaged weights, its outputs the weighted sum of the image and its mirror (1/2) and of both moved one
    pixel up-left and down-right (1/4 each; --tta 1: the mirror only, as gdl_evaluate_ex).
-   Status (2026-12-06, a shared 2-core Xeon, load 3-9): 8 epochs (the default) bring seed 0 to 93.71 % with
-   this TTA (677 s under that load) and seed 1 to 93.49 %, just short; seed 0's test accuracy after each
-   epoch 80.10 90.57 91.67 92.22 92.72 93.00 93.35 % (2.08e10 FLOPs a step of 256). Shorter or wider fell
-   short: 6 epochs 93.09 % (flip TTA), seed 1 in 5 epochs 92.95 %, widths 48,96,192 in 4 epochs 92.79 %; the
-   first net (--convs 1 --head pool) 91.64 % in 5 epochs, 91.95 % in 8. Seeds 2-4 on quiet cores: 93.48,
-   93.68, 93.58 %, 314 s each.
+   Status (2026-12-06, a shared 2-core Intel Xeon (KVM, AVX-512)): 10 epochs (the default) bring seeds 0-4 to
+   93.90, 93.83, 93.65, 93.79, 93.80 % (93.79 +- 0.09 %, 5 of 5), each seed a run of its own on one thread,
+   two or three at once, under load 1.5-5: 1609-1713 s a seed, 725-741 CPU-seconds (2.08e10 FLOPs a step
+   of 256); 10 epochs on quiet cores not timed yet (8 took 314 s on 2 threads). 8 epochs brought them to
+   93.71, 93.49, 93.48, 93.68, 93.58 %, seeds 1 and 2 just short; seed 0's test accuracy after each epoch
+   80.10 90.57 91.67 92.22 92.72 93.00 93.35 %. Shorter or wider fell short: 6 epochs 93.09 % (flip TTA),
+   seed 1 in 5 epochs 92.95 %, widths 48,96,192 in 4 epochs 92.79 %; the first net (--convs 1 --head pool)
+   91.64 % in 5 epochs, 91.95 % in 8.
 
    Build: make build/speedrun      Run: make speedrun (5 seeds; SPEEDRUN_SEEDS=N to change)
    Flags: [--data DIR] [--epochs N] [--batch-size N] [--seed N (the first)] [--seeds N] [--target PERCENT]
@@ -338,7 +340,7 @@ static int sr_parse_widths(sr_opts *o) {
 }
 
 int main(int argc, char **argv) {
-    ex_args a = ex_defaults(8, 256);
+    ex_args a = ex_defaults(10, 256);
     /* the defaults: 5 seeds, widths from --widths below, no progress passes, two convs a group, the head
        from --head below, flips and moves at test time, peak lr 0.2, target 93.5 % */
     sr_opts o = {5, {0, 0, 0}, 0, 2, 0, 2, 0.2, 93.5, ""};
