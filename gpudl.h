@@ -11573,6 +11573,12 @@ static void gdl__conv_gemm_args(int pass, const gdl_conv_geom *g, int groups, in
 }
 #endif
 
+/* A weight gradient of fewer outputs than this (a one-channel input's first convolution: 32 x 9) runs on one
+   thread: its grid has a few cells at most and its sum, over every pixel of the batch, cannot be split, so
+   two threads would only wait on each other's packing (descheduled beside a busy process: the whole op). */
+#ifndef GDL__CONV_GW_ONE
+#define GDL__CONV_GW_ONE 1024
+#endif
 static int gdl__cpu_conv_implicit(int pass, const gdl_conv_geom *g, int groups, int OC, int act, const gdl_real *x,
                                   const gdl_real *w, const gdl_real *gy, const gdl_real *bias, gdl_real *out,
                                   gdl_real *pre) {
@@ -11643,7 +11649,7 @@ static int gdl__cpu_conv_implicit(int pass, const gdl_conv_geom *g, int groups, 
         gdl__conv_gemm_args(pass, g, groups, OC, gi, act, x, w, gy, bias, out, pre, &m);
         j.g = &m;
         j.tm = j.tn = 1;
-        gdl__gemm_plan_grid(&j, threads);
+        gdl__gemm_plan_grid(&j, pass == 1 && (double)OCg * CgKK < GDL__CONV_GW_ONE ? 1 : threads);
         if (pass == 1) { /* one product, K running over the samples in turn */
             gdl__gemm_held(&j);
             continue;
