@@ -18,7 +18,9 @@ PyTorch's fast path: the whole dataset as one tensor, batches by indexing (no Da
 
 Run: python3 bench/pytorch/speedrun.py [--epochs N] [--batch-size N] [--seed N] [--seeds N]
          [--target PERCENT] [--widths A,B,C] [--convs N] [--head flat|pool] [--tta N] [--lr X]
-         [--train-subset N] [--test-subset N] [--data DIR]
+         [--train-subset N] [--test-subset N] [--data DIR] [--bf16]
+--bf16: forward passes under torch.autocast("cpu", bfloat16) (oneDNN's bf16 kernels: AMX tiles where the
+CPU has them), to show what lower precision buys on this CPU; gpudl's side has no CPU bf16 path.
 Exit status 0 when every seed reached the target, 1 when one did not.
 """
 import argparse
@@ -132,13 +134,16 @@ def run(a, seed):
         perm = torch.randperm(n)
         for s in range(steps):
             i = perm[s * B:(s + 1) * B]
-            loss = F.cross_entropy(m(augment(xtr[i], 2)), ytr[i], label_smoothing=0.2)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+                loss = F.cross_entropy(m(augment(xtr[i], 2)), ytr[i], label_smoothing=0.2)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             sched.step()
             ema.update_parameters(m)
-    return evaluate(ema, xte, yte, a.tta), time.perf_counter() - t0
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+        acc = evaluate(ema, xte, yte, a.tta)
+    return acc, time.perf_counter() - t0
 
 
 def main():
@@ -156,14 +161,16 @@ def main():
     ap.add_argument("--train-subset", type=int, default=0)
     ap.add_argument("--test-subset", type=int, default=0)
     ap.add_argument("--data", default=default_data())
+    ap.add_argument("--bf16", action="store_true")
     a = ap.parse_args()
     a.widths = [int(w) for w in a.widths.split(",")]
     if len(a.widths) != 3:
         raise SystemExit("speedrun.py: --widths wants A,B,C")
     print("speedrun.py: torch %s, %d threads, widths %s, %d conv%s a group, %s head, tta %d, batch %d, %d epochs, "
-          "lr %g, target %.2f %%" % (torch.__version__, torch.get_num_threads(), a.widths, a.convs,
+          "lr %g, target %.2f %%%s" % (torch.__version__, torch.get_num_threads(), a.widths, a.convs,
                                      "s" if a.convs > 1 else "", a.head, a.tta,
-                                     a.batch_size, a.epochs, a.lr, a.target), flush=True)
+                                     a.batch_size, a.epochs, a.lr, a.target,
+                                     ", autocast bf16" if a.bf16 else ""), flush=True)
     accs, secs = [], []
     for s in range(a.seeds):
         acc, t = run(a, a.seed + s)
