@@ -11200,6 +11200,59 @@ static void gdl__dconv_tile(int q0, int qn, int HW, int W, ptrdiff_t sstride, pt
     }
 }
 
+/* The tile [pixel i][channel o] (GDL__DCONV_UR x GDL__DCONV_OC) into out: pixel qp[i] of sample qs[i],
+   samples sstride apart, channels cstride apart, the first on of them. A run of the tile's pixels in one
+   sample is consecutive in memory: written a channel at a time, transposed in 16 x 16 blocks on AVX-512
+   (the scalar copy of one element at a time cost as much as a K of 81's multiply-adds). */
+static void gdl__dconv_put(const float *tile, int qn, const int *qs, const int *qp, float *out, ptrdiff_t sstride,
+                           ptrdiff_t cstride, int on) {
+    enum { UR = GDL__DCONV_UR, OCT = GDL__DCONV_OC };
+    float tr[OCT * 16];
+    int i, o, j;
+#if defined(GDL__GEMM_AVX512) && GDL__DCONV_UR <= 16 && GDL__DCONV_OC % 16 == 0
+    for (o = 0; o < OCT; o += 16) {
+        __m512 r[16], u[16];
+        for (i = 0; i < 16; i++) r[i] = i < qn ? _mm512_loadu_ps(tile + i * OCT + o) : _mm512_setzero_ps();
+        for (i = 0; i < 16; i += 2) { /* 2x2 blocks of elements */
+            u[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+            u[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+        }
+        for (i = 0; i < 16; i += 4) { /* 4x4 */
+            r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(u[i]), _mm512_castps_pd(u[i + 2])));
+            r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(u[i]), _mm512_castps_pd(u[i + 2])));
+            r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(u[i + 1]), _mm512_castps_pd(u[i + 3])));
+            r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(u[i + 1]), _mm512_castps_pd(u[i + 3])));
+        }
+        for (i = 0; i < 4; i++) { /* 128-bit lanes: 8x8, then 16x16 */
+            u[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+            u[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+            u[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+            u[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+        }
+        for (i = 0; i < 4; i++) {
+            r[i] = _mm512_shuffle_f32x4(u[i], u[i + 8], 0x88);
+            r[i + 8] = _mm512_shuffle_f32x4(u[i], u[i + 8], 0xdd);
+            r[i + 4] = _mm512_shuffle_f32x4(u[i + 4], u[i + 12], 0x88);
+            r[i + 12] = _mm512_shuffle_f32x4(u[i + 4], u[i + 12], 0xdd);
+        }
+        for (i = 0; i < 16; i++) _mm512_storeu_ps(tr + (o + i) * 16, r[i]);
+    }
+#else
+    for (o = 0; o < on; o++)
+        for (i = 0; i < qn; i++) tr[o * 16 + i] = tile[i * OCT + o];
+#endif
+    for (i = 0; i < qn;) { /* the tile's run of each sample */
+        const int s0 = qs[i];
+        float *dst = out + s0 * sstride + qp[i];
+        int len = 1;
+        while (i + len < qn && qs[i + len] == s0) len++;
+        for (o = 0; o < on; o++)
+            for (j = 0; j < len; j++) dst[o * cstride + j] = tr[o * 16 + i + j];
+        i += len;
+    }
+    (void)UR;
+}
+
 static void gdl__dconv_task(void *p, int t, int nt) {
     const gdl__dconv_job *d = (const gdl__dconv_job *)p;
     const gdl_conv_geom *g = d->g;
@@ -11228,9 +11281,7 @@ static void gdl__dconv_task(void *p, int t, int nt) {
                 for (pc = 0; pc < K; pc += d->kc_blk)
                     gdl__dconv_kernel(K - pc < d->kc_blk ? K - pc : d->kc_blk, wt + (size_t)pc * OCT, d->ko + pc,
                                       xp + (ptrdiff_t)gi * Cg * HpWp, xo, tile, pc == 0);
-                for (o = 0; o < on; o++) /* a channel at a time: the pixels are mostly consecutive in memory */
-                    for (i = 0; i < qn; i++)
-                        d->out[(n0 + qs[i]) * OCHW + (ptrdiff_t)(gi * OCg + o0 + o) * OHW + qp[i]] = tile[i * OCT + o];
+                gdl__dconv_put(tile, qn, qs, qp, d->out + n0 * OCHW + (ptrdiff_t)(gi * OCg + o0) * OHW, OCHW, OHW, on);
                 if (m.bias || d->pre || m.act >= 0)
                     for (i = 0; i < qn;) { /* the tile's run of each sample */
                         const int s0 = qs[i], p0 = qp[i];
@@ -11593,7 +11644,7 @@ static int gdl__cpu_conv_implicit(int pass, const gdl_conv_geom *g, int groups, 
     gdl__gemm_args m;
     gdl__gemm_job j;
     int gi, n, nb;
-    if (gdl__conv_path == 0 || (gdl__conv_path < 0 && !gdl__conv_implicit_pays(pass, g))) return 1;
+    if (gdl__conv_path == 0) return 1;
     if (g->N <= 0 || OCg <= 0 || CgKK <= 0) return 1;
     /* the input gradient's tasks are the samples: fewer samples than threads would leave threads idle */
     if (pass == 2 && threads > 1 && g->N < threads) return 1;
@@ -11615,6 +11666,11 @@ static int gdl__cpu_conv_implicit(int pass, const gdl_conv_geom *g, int groups, 
         return 0;
     }
 #endif
+    /* the direct kernel's passes are chosen by their own tests above; the implicit GEMM by shape */
+    if (gdl__conv_path < 0 && !gdl__conv_implicit_pays(pass, g)) {
+        gdl__pool_release();
+        return 1;
+    }
     nb = gdl__conv_span(g, threads);
     if (pass == 2 || (pass == 0 && (nb > 1 || (threads > 1 && g->N >= threads &&
                                                (double)OCg * OHW * CgKK * g->N >= GDL__GEMM_MT_MIN)))) {
