@@ -9,7 +9,8 @@
        make build/bench_conv
        GPUDL_NUM_THREADS=2 build/bench_conv [name ...]
 
-   Arguments pick the shapes whose name contains one of them. Each pass is
+   Arguments pick the shapes whose name contains one of them; BENCH_CONV_PASS
+   (forward, weight or input) one pass. Each pass is
    run as the op layer runs it (src/ops/conv_pool.h): the backend's
    conv_implicit (the direct kernel or the implicit GEMM, by shape), or,
    where it declines, im2col + the batched GEMM (+ col2im). The "path"
@@ -131,6 +132,7 @@ int main(int argc, char **argv) {
     const int threads = gdl_get_num_threads();
     const double peak = gdl_cpu_peak_gflops(threads);
     static const char *const pass_name[3] = {"forward", "weight grad", "input grad"};
+    const char *only = getenv("BENCH_CONV_PASS"); /* a pass's name ("forward", "weight", "input"): only it */
     double total[3] = {0, 0, 0}, total_flops = 0;
     size_t s;
     int pass, a;
@@ -162,6 +164,7 @@ int main(int argc, char **argv) {
             const char *path = "";
             double t;
             if (pass > 0 && sh->frozen) continue;
+            if (only && !strstr(pass_name[pass], only)) continue;
             if (pass == 2 && sh->no_gx) continue;
             t = bench_conv_time(&d, pass, &path);
             if (!strncmp(sh->name, "speedrun", 8)) {
