@@ -509,6 +509,10 @@ test-cuda: | $(B)
 $(B)/bench_train: bench/train.c bench/bench_cpu.h gpudl.h | $(B)
 	$(CC) $(STD) -O3 -march=native bench/train.c -o $@ $(LIBS)
 
+# the convolution kernels pass by pass (forward, input and weight gradients) against the FMA peak
+$(B)/bench_conv: bench/conv.c bench/bench_cpu.h gpudl.h | $(B)
+	$(CC) $(STD) -O3 -march=native bench/conv.c -o $@ $(LIBS)
+
 # the LSTM / GRU of examples/text_classify.c, one training step (bench/compare_rnn.sh: beside PyTorch's)
 $(B)/bench_rnn_train: bench/rnn_train.c bench/bench_cpu.h gpudl.h | $(B)
 	$(CC) $(STD) -O3 -march=native bench/rnn_train.c -o $@ $(LIBS)

@@ -11200,6 +11200,73 @@ static void gdl__dconv_tile(int q0, int qn, int HW, int W, ptrdiff_t sstride, pt
     }
 }
 
+/* d[c*ldd + r] = s[r*lds + c] for c < 16, r < rows (zero for the rows past), the first drows c of it: a
+   16 x 16 transpose in registers on AVX-512, element by element elsewhere. */
+static void gdl__dconv_tr16(const float *s, ptrdiff_t lds, int rows, float *d, ptrdiff_t ldd, int drows) {
+#if defined(GDL__GEMM_AVX512)
+    __m512 r[16], u[16];
+    int i;
+    for (i = 0; i < 16; i++) r[i] = i < rows ? _mm512_loadu_ps(s + i * lds) : _mm512_setzero_ps();
+    for (i = 0; i < 16; i += 2) { /* 2x2 blocks of elements */
+        u[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        u[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (i = 0; i < 16; i += 4) { /* 4x4 */
+        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(u[i]), _mm512_castps_pd(u[i + 2])));
+        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(u[i]), _mm512_castps_pd(u[i + 2])));
+        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(u[i + 1]), _mm512_castps_pd(u[i + 3])));
+        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(u[i + 1]), _mm512_castps_pd(u[i + 3])));
+    }
+    for (i = 0; i < 4; i++) { /* 128-bit lanes: 8x8, then 16x16 */
+        u[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        u[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+        u[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        u[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (i = 0; i < 4; i++) {
+        r[i] = _mm512_shuffle_f32x4(u[i], u[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(u[i], u[i + 8], 0xdd);
+        r[i + 4] = _mm512_shuffle_f32x4(u[i + 4], u[i + 12], 0x88);
+        r[i + 12] = _mm512_shuffle_f32x4(u[i + 4], u[i + 12], 0xdd);
+    }
+    for (i = 0; i < drows; i++) _mm512_storeu_ps(d + i * ldd, r[i]);
+#else
+    int c, i;
+    for (c = 0; c < drows; c++)
+        for (i = 0; i < 16; i++) d[c * ldd + i] = i < rows ? s[i * lds + c] : 0;
+#endif
+}
+
+/* The tile [pixel i][channel o] (GDL__DCONV_UR x GDL__DCONV_OC) to or from (get) the planes at p: pixel
+   qp[i] of sample qs[i], samples sstride apart, channels cstride apart, the first on of them (get: the
+   tile's other channels zero). A run of the tile's pixels in one sample is consecutive in memory: moved a
+   channel at a time, through tr ([channel][16 pixels]); copying one element at a time, an index computed
+   for each, cost as much as a K of 81's multiply-adds. */
+static void gdl__dconv_move(float *tile, int qn, const int *qs, const int *qp, float *p, ptrdiff_t sstride,
+                            ptrdiff_t cstride, int on, int get) {
+    enum { UR = GDL__DCONV_UR, OCT = GDL__DCONV_OC };
+    float tr[OCT * 16];
+    int i, o, j;
+    if (!get)
+        for (o = 0; o < OCT; o += 16) gdl__dconv_tr16(tile + o, OCT, qn, tr + o * 16, 16, 16);
+    else
+        memset(tr, 0, sizeof tr);
+    for (i = 0; i < qn;) { /* the tile's run of each sample */
+        const int s0 = qs[i];
+        float *at = p + s0 * sstride + qp[i];
+        int len = 1;
+        while (i + len < qn && qs[i + len] == s0) len++;
+        for (o = 0; o < on; o++)
+            if (get)
+                for (j = 0; j < len; j++) tr[o * 16 + i + j] = at[o * cstride + j];
+            else
+                for (j = 0; j < len; j++) at[o * cstride + j] = tr[o * 16 + i + j];
+        i += len;
+    }
+    if (get)
+        for (o = 0; o < OCT; o += 16) gdl__dconv_tr16(tr + o * 16, 16, 16, tile + o, OCT, UR);
+}
+
 static void gdl__dconv_task(void *p, int t, int nt) {
     const gdl__dconv_job *d = (const gdl__dconv_job *)p;
     const gdl_conv_geom *g = d->g;
@@ -11211,7 +11278,7 @@ static void gdl__dconv_task(void *p, int t, int nt) {
     gdl_real *xp = gdl__gemm_shared.buf + d->wsz + (size_t)gdl__gemm_slot() * d->tsz;
     gdl_real *tile = xp + d->tsz - UR * OCT;
     int xo[UR], qs[UR], qp[UR];
-    int gi, ot, q0, i, o, pc;
+    int gi, ot, q0, i, pc;
     (void)nt;
     gdl__dconv_pad(d->x + (int64_t)n0 * g->C * g->H * g->W, (int64_t)cnt * g->C, g->H, g->W, g->PH, g->PW, xp);
     for (gi = 0; gi < d->groups; gi++) {
@@ -11228,9 +11295,7 @@ static void gdl__dconv_task(void *p, int t, int nt) {
                 for (pc = 0; pc < K; pc += d->kc_blk)
                     gdl__dconv_kernel(K - pc < d->kc_blk ? K - pc : d->kc_blk, wt + (size_t)pc * OCT, d->ko + pc,
                                       xp + (ptrdiff_t)gi * Cg * HpWp, xo, tile, pc == 0);
-                for (o = 0; o < on; o++) /* a channel at a time: the pixels are mostly consecutive in memory */
-                    for (i = 0; i < qn; i++)
-                        d->out[(n0 + qs[i]) * OCHW + (ptrdiff_t)(gi * OCg + o0 + o) * OHW + qp[i]] = tile[i * OCT + o];
+                gdl__dconv_move(tile, qn, qs, qp, d->out + n0 * OCHW + (ptrdiff_t)(gi * OCg + o0) * OHW, OCHW, OHW, on, 0);
                 if (m.bias || d->pre || m.act >= 0)
                     for (i = 0; i < qn;) { /* the tile's run of each sample */
                         const int s0 = qs[i], p0 = qp[i];
@@ -11436,10 +11501,8 @@ static void gdl__dconv_gx_task(void *p, int t, int nt) {
                     qh[i] = qp[i] / g->W;
                     qw[i] = qp[i] % g->W;
                 }
-                memset(acc, 0, sizeof(gdl_real) * UR * OCT);
-                for (o = 0; o < cn; o++) /* the sums start from gx; a channel at a time, as below */
-                    for (i = 0; i < qn; i++)
-                        acc[i * OCT + o] = d->gx[(n0 + qs[i]) * CHW + ((ptrdiff_t)gi * Cg + c0 + o) * HW + qp[i]];
+                /* the sums start from gx */
+                gdl__dconv_move(acc, qn, qs, qp, d->gx + n0 * CHW + ((ptrdiff_t)gi * Cg + c0) * HW, CHW, HW, cn, 1);
                 for (kh = 0; kh < g->KH; kh++)
                     for (kw = 0; kw < g->KW; kw++) {
                         /* pixel (ih, iw) reads gy at (ih + PH - kh*DH, iw + PW - kw*DW), padded: + (PT, PL) */
@@ -11455,9 +11518,7 @@ static void gdl__dconv_gx_task(void *p, int t, int nt) {
                             for (o = 0; o < OCT; o++) acc[i * OCT + o] = acc[i * OCT + o] + part[i * OCT + o];
                         }
                     }
-                for (o = 0; o < cn; o++)
-                    for (i = 0; i < qn; i++)
-                        d->gx[(n0 + qs[i]) * CHW + ((ptrdiff_t)gi * Cg + c0 + o) * HW + qp[i]] = acc[i * OCT + o];
+                gdl__dconv_move(acc, qn, qs, qp, d->gx + n0 * CHW + ((ptrdiff_t)gi * Cg + c0) * HW, CHW, HW, cn, 0);
             }
         }
 }
@@ -11593,7 +11654,7 @@ static int gdl__cpu_conv_implicit(int pass, const gdl_conv_geom *g, int groups, 
     gdl__gemm_args m;
     gdl__gemm_job j;
     int gi, n, nb;
-    if (gdl__conv_path == 0 || (gdl__conv_path < 0 && !gdl__conv_implicit_pays(pass, g))) return 1;
+    if (gdl__conv_path == 0) return 1;
     if (g->N <= 0 || OCg <= 0 || CgKK <= 0) return 1;
     /* the input gradient's tasks are the samples: fewer samples than threads would leave threads idle */
     if (pass == 2 && threads > 1 && g->N < threads) return 1;
@@ -11615,6 +11676,11 @@ static int gdl__cpu_conv_implicit(int pass, const gdl_conv_geom *g, int groups, 
         return 0;
     }
 #endif
+    /* the direct kernel's passes are chosen by their own tests above; the implicit GEMM by shape */
+    if (gdl__conv_path < 0 && !gdl__conv_implicit_pays(pass, g)) {
+        gdl__pool_release();
+        return 1;
+    }
     nb = gdl__conv_span(g, threads);
     if (pass == 2 || (pass == 0 && (nb > 1 || (threads > 1 && g->N >= threads &&
                                                (double)OCg * OHW * CgKK * g->N >= GDL__GEMM_MT_MIN)))) {
