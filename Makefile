@@ -513,6 +513,10 @@ $(B)/bench_train: bench/train.c bench/bench_cpu.h gpudl.h | $(B)
 $(B)/bench_conv: bench/conv.c bench/bench_cpu.h gpudl.h | $(B)
 	$(CC) $(STD) -O3 -march=native bench/conv.c -o $@ $(LIBS)
 
+# the memory-bound ops of a CNN step against the time their bytes take at gdl_add's bandwidth
+$(B)/bench_passes: bench/passes.c bench/bench_cpu.h gpudl.h | $(B)
+	$(CC) $(STD) -O3 -march=native bench/passes.c -o $@ $(LIBS)
+
 # the LSTM / GRU of examples/text_classify.c, one training step (bench/compare_rnn.sh: beside PyTorch's)
 $(B)/bench_rnn_train: bench/rnn_train.c bench/bench_cpu.h gpudl.h | $(B)
 	$(CC) $(STD) -O3 -march=native bench/rnn_train.c -o $@ $(LIBS)
