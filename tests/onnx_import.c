@@ -358,6 +358,51 @@ static void check_int8_files(void) {
     }
 }
 
+/* ConstantOfShape and Expand at a shape from the file: up to 2^24 elements made, more refused with the node's name
+   before anything is filled (a fuzzed file asked for 2^28), a negative dim refused */
+static void check_made_shapes(void) {
+    static const struct { const char *op; int64_t dims[2]; const char *want; } cases[] = {
+        {"ConstantOfShape", {4096, 4096}, NULL},
+        {"ConstantOfShape", {4096, 4097}, "node 'y' (ConstantOfShape): a shape of over 16777216 elements"},
+        {"Expand", {8192, 4096}, "node 'y' (Expand): a shape of over 16777216 elements"},
+        {"Expand", {3, -2}, "node 'y' (Expand): a negative dim in the shape -2"},
+    };
+    const int64_t two = 2, one = 1;
+    const float x1 = 1.5f;
+    int c;
+    for (c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
+        pbuf g = {{0}, 0}, m = {{0}, 0}, o = {{0}, 0}, io = {{0}, 0}, n = {{0}, 0};
+        unsigned char raw[16];
+        gdl_onnx_model *om;
+        gdl_tensor *out[1] = {NULL}, *none[1] = {NULL};
+        int nout = -1, rc, k, expand = !strcmp(cases[c].op, "Expand"), ok;
+        for (k = 0; k < 16; k++) raw[k] = (unsigned char)((uint64_t)cases[c].dims[k / 8] >> (8 * (k % 8)));
+        if (expand) pb_bytes(&n, 1, "x", 1);
+        pb_bytes(&n, 1, "s", 1);
+        pb_bytes(&n, 2, "y", 1);
+        pb_bytes(&n, 3, "y", 1);
+        pb_bytes(&n, 4, cases[c].op, strlen(cases[c].op));
+        pb_bytes(&g, 1, n.b, n.n);
+        pb_tensor(&g, 5, "s", 7, 1, &two, raw, sizeof raw); /* INT64 [2] */
+        if (expand) pb_tensor(&g, 5, "x", 1, 1, &one, &x1, sizeof x1);
+        pb_bytes(&io, 1, "y", 1);
+        pb_bytes(&g, 12, io.b, io.n);
+        pb_int(&o, 2, 18);
+        pb_int(&m, 1, 8);
+        pb_bytes(&m, 7, g.b, g.n);
+        pb_bytes(&m, 8, o.b, o.n);
+        CHECK((om = gdl_onnx_parse(m.b, m.n, gdl_cpu())) != NULL);
+        rc = gdl_onnx_run(om, 0, none, 1, out, &nout);
+        ok = cases[c].want ? rc < 0 && nout == 0 && strstr(gdl_last_error(), cases[c].want) != NULL
+                           : rc == 0 && nout == 1 && out[0]->numel == cases[c].dims[0] * cases[c].dims[1];
+        printf("%s %s at [%lld,%lld]: %s\n", ok ? "ok  " : "FAIL", cases[c].op, (long long)cases[c].dims[0],
+               (long long)cases[c].dims[1], rc == 0 ? "made" : gdl_last_error());
+        failures += !ok;
+        gdl_onnx_free(om);
+        gdl_arena_reset();
+    }
+}
+
 int main(int argc, char **argv) {
     char path[1024], line[1024], file[512], kind[16], dtype[8], at[8], node[128], op[64];
     static char pname[MAX_PARAMS][128];
@@ -438,6 +483,7 @@ int main(int argc, char **argv) {
     fclose(f);
     check_int8_files();
     check_qdq_per_axis();
+    check_made_shapes();
     printf("onnx_import: %d PyTorch exports run by gdl_onnx_run, %d failures\n", models, failures);
     gdl_shutdown();
     return failures ? 1 : 0;

@@ -573,6 +573,10 @@ GPUDL_API gdl_onnx_model *gdl_load_onnx(const char *path, gdl_device dev) {
 
 #define GDL__OI_MAX_OUT 8           /* outputs of one node */
 #define GDL__OI_MAX_HOST (1 << 20)  /* values of one host int64 result */
+/* Elements of a tensor that ConstantOfShape or Expand makes at a shape computed from the file (a zero state,
+   a mask): 2^24 (64 MiB of f32) is far above what the exporters write, and keeps a file of a few bytes from
+   making a run fill gigabytes (a fuzzed model's ConstantOfShape of 2^28 took a minute under ASan). */
+#define GDL__OI_MAX_MADE ((int64_t)1 << 24)
 
 typedef struct gdl__oi_rv { /* a value during a run */
     const char *name;
@@ -1143,21 +1147,27 @@ static int gdl__oi_constant(gdl__oi_run *R) {
     return gdl__oi_fail(R, "only value, value_int, value_ints or value_float");
 }
 
+/* The shape L[0..nl) that ConstantOfShape or Expand makes a tensor of: no negative dim, at most
+   GDL__OI_MAX_MADE elements. 0 / -1 + error. */
+static int gdl__oi_made_shape(gdl__oi_run *R, const int64_t *L, int64_t nl) {
+    int64_t k, cnt = 1;
+    for (k = 0; k < nl; k++) {
+        if (L[k] < 0) return gdl__oi_fail(R, "a negative dim in the shape %lld", (long long)L[k]);
+        if (L[k] && L[k] > GDL__OI_MAX_MADE / cnt)
+            return gdl__oi_fail(R, "a shape of over %lld elements (the most it makes)", (long long)GDL__OI_MAX_MADE);
+        cnt *= L[k] ? L[k] : 1;
+    }
+    return 0;
+}
+
 /* ConstantOfShape: the value (a one-element tensor, 0.0f by default) at the shape of the host input */
 static gdl_tensor *gdl__oi_const_of_shape(gdl__oi_run *R) {
     const gdl__oi_attr *v = gdl__oi_attr_of(R->n, "value");
-    int64_t shape[GDL_MAX_DIMS], nl = gdl__oi_list(R, 0, shape, GDL_MAX_DIMS), k, cnt = 1;
+    int64_t shape[GDL_MAX_DIMS], nl = gdl__oi_list(R, 0, shape, GDL_MAX_DIMS);
     gdl_dtype dt = v && v->t && v->t->t ? v->t->t->dtype : GDL_F32;
     double val = 0;
     gdl_tensor *t;
-    if (nl < 0) return NULL;
-    for (k = 0; k < nl; k++) {
-        if (shape[k] < 0 || (shape[k] && shape[k] > ((int64_t)1 << 28) / cnt)) {
-            gdl__oi_fail(R, "a shape of over 2^28 elements or a negative dim");
-            return NULL;
-        }
-        cnt *= shape[k] ? shape[k] : 1;
-    }
+    if (nl < 0 || gdl__oi_made_shape(R, shape, nl) < 0) return NULL;
     if (v && v->t) {
         const gdl_tensor *c = v->t->t;
         unsigned char raw[16];
@@ -1479,13 +1489,7 @@ static int gdl__oi_node_run(gdl__oi_run *R) {
     }
     if (!strcmp(op, "Expand")) { /* x broadcast to the shape: x + zeros(shape) */
         gdl_tensor *z;
-        int64_t cnt = 1, k;
-        if ((nl = gdl__oi_list(R, 1, L, GDL_MAX_DIMS)) < 0) return -1;
-        for (k = 0; k < nl; k++) {
-            if (L[k] < 0 || (L[k] && L[k] > ((int64_t)1 << 28) / cnt))
-                return gdl__oi_fail(R, "a shape of over 2^28 elements or a negative dim");
-            cnt *= L[k] ? L[k] : 1;
-        }
+        if ((nl = gdl__oi_list(R, 1, L, GDL_MAX_DIMS)) < 0 || gdl__oi_made_shape(R, L, nl) < 0) return -1;
         if (!(z = gdl__tmp("gdl_onnx_run", (int)nl, L, x->dtype, x->device)) || gdl_fill_(z, 0) < 0) return -1;
         return (*y = x->dtype == GDL_F32 ? gdl_add(z, x) : gdl_where(gdl_compare_scalar(z, GDL_CMP_EQ, 0), x, z)) ? 0 : -1;
     }
