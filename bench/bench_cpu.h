@@ -1,6 +1,7 @@
 /* bench_cpu.h — what the benchmarks print about the machine they ran on:
-   the CPU's model (and whether it is emulated), and the process's peak
-   memory, for bench/RESULTS.md. */
+   the CPU's model (and whether it is emulated), the process's peak memory
+   and the bandwidth gdl_add streams, for bench/RESULTS.md; and qsort's
+   order for their repeats' times. Included after gpudl.h. */
 #ifndef GPUDL_BENCH_CPU_H
 #define GPUDL_BENCH_CPU_H
 #include <math.h>
@@ -59,6 +60,32 @@ static double bench_peak_rss_mib(void) {
         if (strncmp(line, "VmHWM:", 6) == 0) kib = atof(line + 6);
     if (f) fclose(f);
     return kib < 0 ? NAN : kib / 1024;
+}
+
+/* qsort's order for doubles (the repeats' times, for a median or the fastest) */
+static inline int bench_cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The bandwidth gdl_add streams on dev, GB/s, timed by now: two 64 MiB inputs read, one output written,
+   fastest of 5 (a write-allocate's read is not counted: the figure is what the elementwise kernels see). */
+static inline double bench_add_bandwidth_gbs(gdl_device dev, double (*now)(void)) {
+    int64_t n = (int64_t)16 << 20;
+    gdl_tensor *a = gdl_randn(1, &n, dev), *c = gdl_randn(1, &n, dev);
+    double best = 0;
+    int r;
+    for (r = 0; a && c && r < 6; r++) {
+        double t0 = now(), t;
+        gdl_tensor *s = gdl_add(a, c);
+        if (!s) break; /* the CPU's ops are done when they return */
+        t = now() - t0;
+        if (r > 0 && (best == 0 || t < best)) best = t; /* r = 0: pages first touched */
+        gdl_arena_reset();
+    }
+    gdl_free(a);
+    gdl_free(c);
+    return best > 0 ? 3.0 * 4 * (double)n / best * 1e-9 : NAN;
 }
 
 #endif

@@ -19,9 +19,6 @@
    processes the least disturbed). The FLOPs are 2*N*OC*OH*OW*C*KH*KW
    a pass (what the products would cost without the padding's zeros), so
    a kernel that skips no zeros is charged for them. */
-#if defined(__linux__) && !defined(_POSIX_C_SOURCE)
-#define _POSIX_C_SOURCE 199309L /* clock_gettime under -std=c99 */
-#endif
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "bench_cpu.h"
@@ -29,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct {
     const char *name;
@@ -44,12 +40,6 @@ static const bench_conv_shape bench_conv_shapes[] = {
     {"speedrun 128->128 @3", 256, 128, 128, 3, 0, 0}, {"rcnn 1->32 @28", 128, 1, 32, 28, 0, 1},
     {"rcnn 32->64 @14", 128, 32, 64, 14, 0, 0},     {"rcnn 64->128 @7", 128, 64, 128, 7, 0, 0},
 };
-
-static double bench_conv_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 typedef struct {
     gdl_conv_geom g;
@@ -88,28 +78,23 @@ static void bench_conv_pass(bench_conv_data *d, int pass, const char **path) {
     }
 }
 
-static int bench_conv_cmp(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* the fastest of 5 stretches of >= 40 ms: one call's seconds */
 static double bench_conv_time(bench_conv_data *d, int pass, const char **path) {
     double t[5], t0;
     int reps = 1, r, s;
     bench_conv_pass(d, pass, path);
     for (;;) {
-        t0 = bench_conv_now();
+        t0 = gdl_now();
         for (r = 0; r < reps; r++) bench_conv_pass(d, pass, path);
-        if (bench_conv_now() - t0 >= 0.04) break;
+        if (gdl_now() - t0 >= 0.04) break;
         reps *= 2;
     }
     for (s = 0; s < 5; s++) {
-        t0 = bench_conv_now();
+        t0 = gdl_now();
         for (r = 0; r < reps; r++) bench_conv_pass(d, pass, path);
-        t[s] = (bench_conv_now() - t0) / reps;
+        t[s] = (gdl_now() - t0) / reps;
     }
-    qsort(t, 5, sizeof t[0], bench_conv_cmp);
+    qsort(t, 5, sizeof t[0], bench_cmp_double);
     return t[0];
 }
 

@@ -25,10 +25,6 @@
 #include <string.h>
 #include <time.h>
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 static float *buf_new(int64_t n, unsigned seed) { /* n values in [-2, 2), fixed */
     float *p = (float *)malloc((size_t)n * sizeof *p);
     int64_t i;
@@ -103,28 +99,10 @@ static double time_case(bench_case *b, int reps, double *cpu) {
         t[r] = gdl_now() - t0;
         c[r] = (double)(clock() - c0) / CLOCKS_PER_SEC / gdl_get_num_threads();
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
-    qsort(c, (size_t)reps, sizeof *c, cmp_double);
+    qsort(t, (size_t)reps, sizeof *t, bench_cmp_double);
+    qsort(c, (size_t)reps, sizeof *c, bench_cmp_double);
     *cpu = c[reps / 2];
     return t[reps / 2];
-}
-
-static double add_bandwidth_gbs(void) { /* as bench/train.c's */
-    int64_t n = (int64_t)16 << 20;
-    gdl_tensor *a = gdl_randn(1, &n, gdl_cpu()), *c = gdl_randn(1, &n, gdl_cpu());
-    double best = 0;
-    int r;
-    for (r = 0; a && c && r < 6; r++) {
-        double t0 = gdl_now(), t;
-        gdl_tensor *s = gdl_add(a, c);
-        if (!s) break;
-        t = gdl_now() - t0;
-        if (r > 0 && (best == 0 || t < best)) best = t;
-        gdl_arena_reset();
-    }
-    gdl_free(a);
-    gdl_free(c);
-    return best > 0 ? 3.0 * 4 * (double)n / best * 1e-9 : NAN;
 }
 
 typedef struct {
@@ -148,7 +126,7 @@ int main(int argc, char **argv) {
     };
     const int nrows = (int)(sizeof rows / sizeof rows[0]);
     int reps = argc > 1 ? atoi(argv[1]) : 15, k;
-    double bw = add_bandwidth_gbs(), tot_mem[3] = {0, 0, 0}, tot_t[3] = {0, 0, 0}, tot_cpu[3] = {0, 0, 0};
+    double bw = bench_add_bandwidth_gbs(gdl_cpu(), gdl_now), tot_mem[3] = {0, 0, 0}, tot_t[3] = {0, 0, 0}, tot_cpu[3] = {0, 0, 0};
     if (reps < 1) reps = 15;
     printf("bench_passes: %s, %d threads, gdl_add streams %.1f GB/s; median of %d calls\n", bench_cpu_model(),
            gdl_get_num_threads(), bw, reps);

@@ -198,31 +198,6 @@ static double run_steps(bnet *b, int steps, double *issue) {
     return gdl_item(b->loss); /* waits for the device */
 }
 
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* The bandwidth gdl_add streams, GB/s: two 64 MiB inputs read, one output written, fastest of 5
-   (a write-allocate's read is not counted: the figure is what the elementwise kernels see). */
-static double add_bandwidth_gbs(gdl_device dev) {
-    int64_t n = (int64_t)16 << 20;
-    gdl_tensor *a = gdl_randn(1, &n, dev), *c = gdl_randn(1, &n, dev);
-    double best = 0;
-    int r;
-    for (r = 0; a && c && r < 6; r++) {
-        double t0 = bench_now(), t;
-        gdl_tensor *s = gdl_add(a, c);
-        if (!s) break; /* the CPU's ops are done when they return */
-        t = bench_now() - t0;
-        if (r > 0 && (best == 0 || t < best)) best = t; /* r = 0: pages first touched */
-        gdl_arena_reset();
-    }
-    gdl_free(a);
-    gdl_free(c);
-    return best > 0 ? 3.0 * 4 * (double)n / best * 1e-9 : NAN;
-}
-
 /* BENCH_BOUND=1: what bounds the net's utilisation (see the top). med: seconds a step, timed. */
 static void print_bound(bnet *b, double med, double peak_gflops, double bw_gbs) {
     const gdl_profile_row *rows;
@@ -275,7 +250,7 @@ int main(int argc, char **argv) {
     /* the CPU's FMA peak, measured here, before the nets, under the machine's present load */
     if (dev.type == GDL_DEVICE_CPU) printf("cpu peak: %.1f GFLOP/s on %d threads\n", gdl_cpu_peak_gflops(0), threads);
     if (getenv("BENCH_BOUND") && !strcmp(getenv("BENCH_BOUND"), "1") && dev.type == GDL_DEVICE_CPU) {
-        bound_bw = add_bandwidth_gbs(dev);
+        bound_bw = bench_add_bandwidth_gbs(dev, bench_now);
         printf("gdl_add streams %.1f GB/s (two 64 MiB inputs, one output; fastest of 5)\n", bound_bw);
     }
     printf("%-14s %6s %12s %12s %10s %10s %9s %11s %9s\n", "net", "batch", "ms/step", "samples/s", "GFLOP/step", "GFLOP/s",
@@ -309,8 +284,8 @@ int main(int argc, char **argv) {
             t[r] = (bench_now() - t0) / steps;
             host[r] /= steps;
         }
-        qsort(t, 5, sizeof t[0], cmp);
-        qsort(host, 5, sizeof host[0], cmp);
+        qsort(t, 5, sizeof t[0], bench_cmp_double);
+        qsort(host, 5, sizeof host[0], bench_cmp_double);
         med = t[2];
         {
             double peak = NAN;     /* GPU memory held by tensors at the peak (PyTorch's max_memory_allocated) */

@@ -212,11 +212,20 @@ static void pb_int(pbuf *p, int field, uint64_t v) {
     pb_varint(p, (uint64_t)field << 3);
     pb_varint(p, v);
 }
+/* a ModelProto (IR version 8, opset 18) around the GraphProto bytes g */
+static pbuf pb_model(const pbuf *g) {
+    pbuf m = {{0}, 0}, o = {{0}, 0};
+    pb_int(&o, 2, 18);
+    pb_int(&m, 1, 8);
+    pb_bytes(&m, 7, g->b, g->n);
+    pb_bytes(&m, 8, o.b, o.n);
+    return m;
+}
 
 /* a ModelProto (opset 18) of one initializer 'w' of ONNX type `type`, dims {dim}, with raw_data of nraw bytes
    (nraw < 0: packed int32_data from ints[0..ni)), and when op is given one node of that op reading 'w' */
 static pbuf model_bytes(int type, int64_t dim, int nraw, const int64_t *ints, int ni, const char *op) {
-    pbuf t = {{0}, 0}, g = {{0}, 0}, m = {{0}, 0}, o = {{0}, 0}, n = {{0}, 0}, v = {{0}, 0}, io = {{0}, 0};
+    pbuf t = {{0}, 0}, g = {{0}, 0}, n = {{0}, 0}, v = {{0}, 0}, io = {{0}, 0};
     static const unsigned char raw[8] = {1, 0xff, 0x80, 0x7f, 2, 3, 4, 5};
     int k;
     pb_int(&t, 1, (uint64_t)dim);
@@ -237,11 +246,7 @@ static pbuf model_bytes(int type, int64_t dim, int nraw, const int64_t *ints, in
     pb_bytes(&g, 5, t.b, t.n);
     pb_bytes(&io, 1, op ? "y" : "w", 1);
     pb_bytes(&g, 12, io.b, io.n); /* the graph's output */
-    pb_int(&o, 2, 18);
-    pb_int(&m, 1, 8);
-    pb_bytes(&m, 7, g.b, g.n);
-    pb_bytes(&m, 8, o.b, o.n);
-    return m;
+    return pb_model(&g);
 }
 
 /* a TensorProto named name of ONNX type `type`, dims {d0 (, d1)}, raw little-endian bytes */
@@ -278,7 +283,7 @@ static void check_qdq_per_axis(void) {
     static const float want_q[6] = {0, -1, -128, 2, -128, 127}, want_y[6] = {0, 2, -276, 1, -125, 234};
     static const signed char zp[3] = {0, -3, 10};
     const int64_t three = 3, xs[2] = {2, 3};
-    pbuf g = {{0}, 0}, m = {{0}, 0}, o = {{0}, 0}, io = {{0}, 0};
+    pbuf g = {{0}, 0}, m, io = {{0}, 0};
     gdl_onnx_model *om;
     gdl_tensor *in, *out[2];
     float q[6], y[6];
@@ -295,10 +300,7 @@ static void check_qdq_per_axis(void) {
     io.n = 0;
     pb_bytes(&io, 1, "y", 1);
     pb_bytes(&g, 12, io.b, io.n);
-    pb_int(&o, 2, 18);
-    pb_int(&m, 1, 8);
-    pb_bytes(&m, 7, g.b, g.n);
-    pb_bytes(&m, 8, o.b, o.n);
+    m = pb_model(&g);
     CHECK((om = gdl_onnx_parse(m.b, m.n, gdl_cpu())) != NULL);
     CHECK((in = gdl_from_array(x, 2, xs, GDL_F32, gdl_cpu())) != NULL);
     CHECK(gdl_onnx_run(om, 1, &in, 2, out, &nout) == 0 && nout == 2);
@@ -371,7 +373,7 @@ static void check_made_shapes(void) {
     const float x1 = 1.5f;
     int c;
     for (c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
-        pbuf g = {{0}, 0}, m = {{0}, 0}, o = {{0}, 0}, io = {{0}, 0}, n = {{0}, 0};
+        pbuf g = {{0}, 0}, m, io = {{0}, 0}, n = {{0}, 0};
         unsigned char raw[16];
         gdl_onnx_model *om;
         gdl_tensor *out[1] = {NULL}, *none[1] = {NULL};
@@ -387,10 +389,7 @@ static void check_made_shapes(void) {
         if (expand) pb_tensor(&g, 5, "x", 1, 1, &one, &x1, sizeof x1);
         pb_bytes(&io, 1, "y", 1);
         pb_bytes(&g, 12, io.b, io.n);
-        pb_int(&o, 2, 18);
-        pb_int(&m, 1, 8);
-        pb_bytes(&m, 7, g.b, g.n);
-        pb_bytes(&m, 8, o.b, o.n);
+        m = pb_model(&g);
         CHECK((om = gdl_onnx_parse(m.b, m.n, gdl_cpu())) != NULL);
         rc = gdl_onnx_run(om, 0, none, 1, out, &nout);
         ok = cases[c].want ? rc < 0 && nout == 0 && strstr(gdl_last_error(), cases[c].want) != NULL
