@@ -17,7 +17,10 @@
 #
 # Each figure is one run of bench/train.c: its median time per step (5
 # timed stretches of ~0.5 s of steps on one random batch, after warm-up);
-# for char_gpt its median step time (steps 4 on).
+# for char_gpt its median step time (steps 4 on). "cores": how many cores the
+# OS gave the process while it timed (its CPU time over the wall time,
+# bench/train.c's "cores" line; char_gpt: -): beside the busy process a
+# 2-thread step that holds 1.0 ran both threads on one core.
 set -e
 cd "$(dirname "$0")/.."
 nets=${*:-"mlp cnn"}
@@ -30,14 +33,21 @@ for n in $nets; do
     if [ "$n" = char_gpt ]; then [ -n "${CHAR_GPT:-}" ] || make -s "$gpt"; else [ -n "${BENCH_TRAIN:-}" ] || make -s "$ours"; fi
 done
 
-# run NET THREADS [PROGRAM]: one run's ms/step (PROGRAM: bench/train.c's build, ours unless given)
+# run NET THREADS [PROGRAM]: one run's "ms/step cores" (PROGRAM: bench/train.c's build, ours unless given)
 run() {
     if [ "$1" = char_gpt ]; then
         GPUDL_NUM_THREADS=$2 "$gpt" --device cpu --steps "${GPT_STEPS:-30}" --eval-interval "${GPT_STEPS:-30}" \
-            --sample-len 0 | sed -n 's/^median step time \([0-9.]*\) ms.*/\1/p'
+            --sample-len 0 | sed -n 's/^median step time \([0-9.]*\) ms.*/\1 -/p'
     else
-        GPUDL_NUM_THREADS=$2 OMP_NUM_THREADS=$2 "${3:-$ours}" "$1" | awk -v n="$1" '$1 == n {print $3}'
+        GPUDL_NUM_THREADS=$2 OMP_NUM_THREADS=$2 "${3:-$ours}" "$1" |
+            awk -v n="$1" '$1 == n {ms = $3} $1 == "cores" && $2 == n ":" {c = $3} END {print ms, (c == "" ? "-" : c)}'
     fi
+}
+# keep F: one run's "ms/step cores" from standard input into F (ms) and F.cores
+keep() {
+    read -r ms cores
+    echo "$ms" >> "$1"
+    echo "$cores" >> "$1.cores"
 }
 
 tmp=$(mktemp -d)
@@ -55,15 +65,16 @@ for r in $(seq "$reps"); do
                 [ "$who" = ours ] || [ "$n" != char_gpt ] || continue
                 prog=$ours
                 [ "$who" = ours ] || prog=$base
-                run "$n" "$t" "$prog" >> "$tmp/quiet.$n.$t.$who"
+                run "$n" "$t" "$prog" | keep "$tmp/quiet.$n.$t.$who"
                 yes > /dev/null &
                 busy=$!
-                run "$n" "$t" "$prog" >> "$tmp/busy.$n.$t.$who"
+                run "$n" "$t" "$prog" | keep "$tmp/busy.$n.$t.$who"
                 kill "$busy"
                 wait "$busy" 2>/dev/null || true
                 busy=
-                echo "run $r $n, $t threads${base:+, $who}: quiet $(tail -1 "$tmp/quiet.$n.$t.$who") ms/step," \
-                    "busy $(tail -1 "$tmp/busy.$n.$t.$who") ms/step (load $(cut -d' ' -f1 /proc/loadavg))"
+                echo "run $r $n, $t threads${base:+, $who}: quiet $(tail -1 "$tmp/quiet.$n.$t.$who") ms/step" \
+                    "($(tail -1 "$tmp/quiet.$n.$t.$who.cores") cores), busy $(tail -1 "$tmp/busy.$n.$t.$who") ms/step" \
+                    "($(tail -1 "$tmp/busy.$n.$t.$who.cores") cores) (load $(cut -d' ' -f1 /proc/loadavg))"
             done
         done
     done
@@ -71,13 +82,18 @@ done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 . bench/stats.sh
 echo
-echo "net      threads  quiet ms/step  busy ms/step  busy/quiet   (medians of $reps runs)"
+echo "net      threads  quiet ms/step  busy ms/step  busy/quiet  cores quiet / busy   (medians of $reps runs)"
 for n in $nets; do
     for t in $threads; do
         for who in ${base:+base} ours; do
             [ -f "$tmp/quiet.$n.$t.$who" ] || continue
+            cq=-
+            cb=-
+            grep -qv -- - "$tmp/quiet.$n.$t.$who.cores" && cq=$(median "$tmp/quiet.$n.$t.$who.cores")
+            grep -qv -- - "$tmp/busy.$n.$t.$who.cores" && cb=$(median "$tmp/busy.$n.$t.$who.cores")
             awk -v n="$n${base:+ ($who)}" -v t="$t" -v a="$(median "$tmp/quiet.$n.$t.$who")" \
-                -v b="$(median "$tmp/busy.$n.$t.$who")" 'BEGIN { printf "%-8s %7s %14.3f %13.3f %11.2f\n", n, t, a, b, b / a }'
+                -v b="$(median "$tmp/busy.$n.$t.$who")" -v cq="$cq" -v cb="$cb" \
+                'BEGIN { printf "%-8s %7s %14.3f %13.3f %11.2f  %9s / %s\n", n, t, a, b, b / a, cq, cb }'
         done
     done
 done

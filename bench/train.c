@@ -44,7 +44,10 @@
           (written once, read twice) takes at the bandwidth gdl_add streams
           BENCH_CLOCK=cpu: the process's CPU time (clock()) instead of the wall clock, for
           before/after on a machine other processes keep busy; with GPUDL_NUM_THREADS=1 it is
-          the step's work (with more threads it adds the threads' CPU time up, waits included) */
+          the step's work (with more threads it adds the threads' CPU time up, waits included)
+   On the CPU each net also prints the cores its threads held while timed: the process's CPU
+   time over the wall time of the 5 repeats (beside another busy process: how many cores the
+   OS gave the step; bench/busy_cpu.sh prints it). */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "bench_cpu.h"
@@ -257,7 +260,7 @@ int main(int argc, char **argv) {
            "peak MiB", "host us/st", "launch/st");
     for (k = 0; k < nnets; k++) {
         bnet b;
-        double t[5], host[5], med, ms;
+        double t[5], host[5], med, ms, cpu0, wall0, cores;
         int r, steps;
         if ((r = make_net(&b, nets[k], dev)) < 0) {
             if (r == -1) fprintf(stderr, "bench_train: %s\n", gdl_last_error()); /* -2: said */
@@ -275,6 +278,8 @@ int main(int argc, char **argv) {
 #ifdef GPUDL_CUDA
         if (dev.type == GDL_DEVICE_CUDA) gdl_cuda_reset_peak_memory();
 #endif
+        cpu0 = (double)clock() / CLOCKS_PER_SEC;
+        wall0 = gdl_now();
         for (r = 0; r < 5; r++) {
             double t0 = bench_now();
             if (isnan(run_steps(&b, steps, &host[r]))) {
@@ -284,6 +289,7 @@ int main(int argc, char **argv) {
             t[r] = (bench_now() - t0) / steps;
             host[r] /= steps;
         }
+        cores = ((double)clock() / CLOCKS_PER_SEC - cpu0) / (gdl_now() - wall0);
         qsort(t, 5, sizeof t[0], bench_cmp_double);
         qsort(host, 5, sizeof host[0], bench_cmp_double);
         med = t[2];
@@ -306,9 +312,12 @@ int main(int argc, char **argv) {
                    (double)b.batch / med, b.flops * 1e-9, b.flops * 1e-9 / med, peak, 1e6 * host[2], launches);
             printf("%-14s %s\n", "", gdl_flops_line(b.flops, med, dev, b.amp ? GDL_BF16 : GDL_F32));
             /* the last step's arena (run_steps resets it before each step) and the process's peak so far */
-            if (dev.type == GDL_DEVICE_CPU)
+            if (dev.type == GDL_DEVICE_CPU) {
                 printf("memory %s: step arena %.1f MiB (held %.1f MiB), peak RSS %.1f MiB\n", b.name,
                        gdl_arena_used() / 1048576.0, gdl_arena_reserved() / 1048576.0, bench_peak_rss_mib());
+                printf("cores %s: %.2f held by its %d threads while timed (CPU time / wall time)\n", b.name, cores,
+                       threads);
+            }
             if (bound_bw > 0) print_bound(&b, med, gdl_cpu_peak_gflops(0), bound_bw);
         }
         fflush(stdout);
