@@ -6701,6 +6701,15 @@ GPUDL_API int gdl_print(const gdl_tensor *t, FILE *f) {
    computes depends only on t and nt, never on the thread that runs it, so
    results are bitwise the same for any thread count and any timing.
 
+   Beside another busy process on a machine with as many CPUs as threads,
+   the OS keeps the caller and a worker on one CPU and the other process
+   alone on the other (Linux 6.18, 2 CPUs, one `yes`: bench/train.c's
+   "cores" line reads 1.1): a step then takes about its one-thread time.
+   Pinning the threads one to a CPU (tried) gives them 1.5 cores, but the
+   thread that shares its CPU is descheduled mid-task for whole time slices
+   and the other waits for it at each job's end: no faster, so nothing is
+   pinned.
+
    One job at a time. The pool (and the GEMM's packing buffers) belong to the
    thread that acquired it; a parallel region entered while the pool is held
    (from inside a task, or from another thread: a DataLoader worker, or a
