@@ -402,6 +402,48 @@ static void check_made_shapes(void) {
     }
 }
 
+/* A Conv whose pads enlarge its maps makes at most GDL__OI_MAX_MADE elements (a fuzzed file's pads of 2^20 would
+   make terabytes): x [1, 1, 4, 4], w [1, 1, 3, 3] of ones, pads p on every side */
+static void check_padded_conv(void) {
+    static const struct { int64_t pad; const char *want; } cases[] = {
+        {1, NULL}, {2, NULL}, {3000, "node 'y' (Conv): pads (3000, 3000) make an output of 36024004 elements"}};
+    const int64_t xs[4] = {1, 1, 4, 4}, ws[4] = {1, 1, 3, 3};
+    float ones[16];
+    int c, k;
+    for (k = 0; k < 16; k++) ones[k] = 1;
+    for (c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
+        pbuf g = {{0}, 0}, m, io = {{0}, 0}, n = {{0}, 0}, at = {{0}, 0};
+        gdl_onnx_model *om;
+        gdl_tensor *out[1] = {NULL}, *none[1] = {NULL};
+        const int64_t side = 4 + 2 * cases[c].pad - 2;
+        int nout = -1, rc, ok;
+        pb_bytes(&n, 1, "x", 1);
+        pb_bytes(&n, 1, "w", 1);
+        pb_bytes(&n, 2, "y", 1);
+        pb_bytes(&n, 3, "y", 1);
+        pb_bytes(&n, 4, "Conv", 4);
+        pb_bytes(&at, 1, "pads", 4);
+        for (k = 0; k < 4; k++) pb_int(&at, 8, (uint64_t)cases[c].pad);
+        pb_int(&at, 20, 7); /* INTS */
+        pb_bytes(&n, 5, at.b, at.n);
+        pb_bytes(&g, 1, n.b, n.n);
+        pb_tensor(&g, 5, "x", 1, 4, xs, ones, sizeof ones); /* FLOAT */
+        pb_tensor(&g, 5, "w", 1, 4, ws, ones, 9 * sizeof ones[0]);
+        pb_bytes(&io, 1, "y", 1);
+        pb_bytes(&g, 12, io.b, io.n);
+        m = pb_model(&g);
+        CHECK((om = gdl_onnx_parse(m.b, m.n, gdl_cpu())) != NULL);
+        rc = gdl_onnx_run(om, 0, none, 1, out, &nout);
+        ok = cases[c].want ? rc < 0 && nout == 0 && strstr(gdl_last_error(), cases[c].want) != NULL
+                           : rc == 0 && nout == 1 && out[0]->numel == side * side;
+        printf("%s Conv with pads %lld: %s\n", ok ? "ok  " : "FAIL", (long long)cases[c].pad,
+               rc == 0 ? "ran" : gdl_last_error());
+        failures += !ok;
+        gdl_onnx_free(om);
+        gdl_arena_reset();
+    }
+}
+
 int main(int argc, char **argv) {
     char path[1024], line[1024], file[512], kind[16], dtype[8], at[8], node[128], op[64];
     static char pname[MAX_PARAMS][128];
@@ -483,6 +525,7 @@ int main(int argc, char **argv) {
     check_int8_files();
     check_qdq_per_axis();
     check_made_shapes();
+    check_padded_conv();
     printf("onnx_import: %d PyTorch exports run by gdl_onnx_run, %d failures\n", models, failures);
     gdl_shutdown();
     return failures ? 1 : 0;

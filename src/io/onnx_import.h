@@ -574,8 +574,9 @@ GPUDL_API gdl_onnx_model *gdl_load_onnx(const char *path, gdl_device dev) {
 #define GDL__OI_MAX_OUT 8           /* outputs of one node */
 #define GDL__OI_MAX_HOST (1 << 20)  /* values of one host int64 result */
 /* Elements of a tensor that ConstantOfShape or Expand makes at a shape computed from the file (a zero state,
-   a mask): 2^24 (64 MiB of f32) is far above what the exporters write, and keeps a file of a few bytes from
-   making a run fill gigabytes (a fuzzed model's ConstantOfShape of 2^28 took a minute under ASan). */
+   a mask), or a Conv whose pads make its maps larger than its input's: 2^24 (64 MiB of f32) is far above what
+   the exporters write, and keeps a file of a few bytes from making a run fill gigabytes (a fuzzed model's
+   ConstantOfShape of 2^28 took a minute under ASan). */
 #define GDL__OI_MAX_MADE ((int64_t)1 << 24)
 
 typedef struct gdl__oi_rv { /* a value during a run */
@@ -797,6 +798,19 @@ static gdl_tensor *gdl__oi_conv(gdl__oi_run *R, gdl_tensor *x, gdl_tensor *w, gd
         (pd && (pd->nints != 4 || pd->ints[0] != pd->ints[2] || pd->ints[1] != pd->ints[3]))) {
         gdl__oi_fail(R, "only 2-D convolutions with symmetric pads");
         return NULL;
+    }
+    if (x && w && x->ndim == 4 && w->ndim == 4) { /* else gdl_conv2d_ex says what is wrong */
+        int64_t out = x->shape[0] * w->shape[0];
+        for (k = 0; k < 2; k++) {
+            const int64_t reach = (int64_t)d[k] * (w->shape[2 + k] - 1) + 1, in = x->shape[2 + k] + 2 * (int64_t)p[k];
+            out *= in >= reach ? (in - reach) / s[k] + 1 : 0;
+        }
+        if (out > x->shape[0] * w->shape[0] * x->shape[2] * x->shape[3] && out > GDL__OI_MAX_MADE) {
+            gdl__oi_fail(R, "pads (%d, %d) make an output of %lld elements from a %s input (the most a padding that "
+                         "enlarges the map may make: %lld)", p[0], p[1], (long long)out, gdl_shape_str(x),
+                         (long long)GDL__OI_MAX_MADE);
+            return NULL;
+        }
     }
     return gdl_conv2d_ex(x, w, b, s, p, d, (int)gdl__oi_ai(R->n, "group", 1));
 }
