@@ -79,7 +79,8 @@ static const conv_case cases[] = {
        short of the reach, output channels in two K blocks */
     {"direct_gx_d2",   3, 32,  9,  8, 40, 3, 3, 1, 1, 2, 1, 2, 1, 2, 1, NO_ACT},
     {"direct_gx_oc260", 2, 16, 5,  6, 260, 3, 3, 1, 1, 0, 1, 1, 1, 1, 1, NO_ACT},
-    /* ... on maps under 16 pixels too (3x3 and 2x2 outputs), where the implicit GEMM would decline */
+    /* ... on maps under 16 pixels too (3x3 and 2x2 outputs), where the implicit GEMM would decline (and the
+       weight gradient's sums stay in registers through a chunk: gdl__dconv_kernel_ns) */
     {"direct_gx_3x3",  5, 32,  3,  3, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NO_ACT},
     {"direct_gx_2x2",  3, 16,  2,  2, 17, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, GDL_ACT_RELU},
 };
