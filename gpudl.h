@@ -11178,7 +11178,8 @@ static void gdl__conv_task(void *p, int t, int nt) {
    (gdl__dconv_kernel) where col has at least 64 rows a group and a group at
    least half a vector tile of output channels: below that the tile's
    stores and the unused lanes outweigh the packing saved (a one-channel
-   input's 9 rows stay with the implicit GEMM). Measured on the dev VM's
+   input's 9 rows stay with the implicit GEMM; its weight gradient does not
+   always: gdl__dconv_gw_pays). Measured on the dev VM's
    Xeon (AVX-512), batch 128, 2 threads, the recipe CNN's 3x3 convolutions
    (2026-11-28, git log -p bench/RESULTS.md): 32->64 on 14x14, forward 6.5 -> 3.8 ms, backward
    12.6 -> 9.2 ms; 64->128 on 7x7, 6.3 -> 3.4 and 12.2 -> 7.4 ms. */
@@ -11784,7 +11785,8 @@ static void gdl__conv_gemm_args(int pass, const gdl_conv_geom *g, int groups, in
 
 /* A weight gradient of fewer outputs than this (a one-channel input's first convolution: 32 x 9) runs on one
    thread: its grid has a few cells at most and its sum, over every pixel of the batch, cannot be split, so
-   two threads would only wait on each other's packing (descheduled beside a busy process: the whole op). */
+   two threads would only wait on each other's packing (descheduled beside a busy process: the whole op).
+   On x86 the direct kernel takes those whose output channels fill its vector tile (gdl__dconv_gw_pays). */
 #ifndef GDL__CONV_GW_ONE
 #define GDL__CONV_GW_ONE 1024
 #endif
