@@ -520,11 +520,12 @@ static void gdl__dconv_gw_task(void *p, int t, int nt) {
     if (prep >= 0) gdl__dconv_gw_prep(d, d->na + prep, d->buf ^ 1, prep);
 }
 
-/* The bytes of a span's copies (each of the two buffers): in the cache still when the items read them, yet
-   enough work a run that its start and end cost little. For the tests, a span of gdl__dconv_gw_span samples
-   instead (0: by size). */
+/* The bytes of a span's copies (each of the two buffers): both buffers in a core's L2 (2 MB on the dev VM's
+   Xeon), yet enough work a run that its start and end cost little. Measured there on one thread (under load),
+   batch 256: 9->32 on 28x28 10.4 ms with spans of 0.5 MB, 11.3-11.7 with 1 MB, 12.2 with 2 MB, 12.7 with 4;
+   on 14x14 and 7x7 within 3 %. For the tests, a span of gdl__dconv_gw_span samples instead (0: by size). */
 #ifndef GDL__DCONV_GW_SPAN
-#define GDL__DCONV_GW_SPAN ((size_t)2 << 20)
+#define GDL__DCONV_GW_SPAN ((size_t)1 << 20)
 #endif
 static int gdl__dconv_gw_span;
 
