@@ -555,9 +555,12 @@ static int gdl__dconv_weight_grad(const gdl_conv_geom *g, int groups, int OC, co
     d.nk = (K + UR - 1) / UR;
     nitems = groups * d.ntile * d.nk;
     d.kc_blk = gdl__gemm_block(OHW, GDL__GEMM_KC, 1);
-    /* images of at most 16 pixels: the kernel that keeps the sums in registers through a chunk (3x3, measured
-       under load, 1 thread: 6.9 -> 6.65 ms; on 7x7 it lost, its half tiles reading the gradients twice) */
+    /* images of at most 16 pixels on AVX-512: the kernel that keeps the sums in registers through a chunk
+       (3x3, measured under load, 1 thread: 6.9 -> 6.65 ms; on 7x7 it lost, its half tiles reading the
+       gradients twice; on AVX2, 3 rows a half tile, it lost on 3x3 too, 10.8 -> 12.1 ms) */
+#if defined(GDL__GEMM_AVX512)
     d.ns_kernel = d.kc_blk >= OHW && OHW <= 16;
+#endif
     d.span = gdl__dconv_gw_span ? gdl__dconv_gw_span : (int)(GDL__DCONV_GW_SPAN / (sizeof(gdl_real) * (xs + ys)));
     if (d.span < 1) d.span = 1;
     if (d.span > g->N) d.span = g->N;
