@@ -11373,8 +11373,8 @@ static void gdl__dconv_task(void *p, int t, int nt) {
    tile of GDL__DCONV_UR rows of col by a channel tile of a group, whose sums
    (acc) go through every sample in order, as the GEMM's segments: the bits
    do not depend on which task has the item.
-   The batch goes through in spans of samples (a few MB of padded inputs
-   and transposed gradients), two buffers in turn: while the items' tasks
+   The batch goes through in spans of samples (about 1 MB of padded inputs
+   and transposed gradients: GDL__DCONV_GW_SPAN), two buffers in turn: while the items' tasks
    take span j, other tasks of the same run pad and transpose span j + 1,
    so that the copying (bound by memory: it reads the batch's x and gy) runs
    beside the multiply-adds, and the items read a span that is still in the
