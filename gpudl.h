@@ -7958,6 +7958,57 @@ static void gdl__dconv_kernel(int kc, const float *GDL__RESTRICT w, const int *G
 #undef GDL__DCONV_STORE
 }
 #undef GDL__DCONV_PIX
+
+/* The weight gradient's kernel for images of one K block (src/cpu/conv_pool.h), on half a tile's rows,
+   GDL__DCONV_UR / 2: t[i*OC + o] += the block's sum of each of ns samples in turn (sample s's w at s*ws, its x
+   at s*xs), each block's FMAs from zero over its kc pixels, as gdl__dconv_kernel's, then added to the
+   running sums: the same operations as ns calls of that kernel (first 0), but the running sums stay in
+   registers between the samples, where that kernel loads and stores the tile each call (on a 3x3 image
+   its 9 pixels' FMAs took little longer than that). */
+#if defined(GDL__GEMM_AVX512)
+#define GDL__DCONV_HALF(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6)
+#else
+#define GDL__DCONV_HALF(X) X(0) X(1) X(2)
+#endif
+static void gdl__dconv_kernel_ns(int ns, int kc, const float *GDL__RESTRICT w, ptrdiff_t ws,
+                                 const int *GDL__RESTRICT ko, const float *x, ptrdiff_t xs,
+                                 const int *GDL__RESTRICT xo, float *GDL__RESTRICT t) {
+#define GDL__DCONV_DECL(i)                                                                                   \
+    gdl__dv a##i##_0 = gdl__dv_load(t + (i) * GDL__DCONV_OC), a##i##_1 = gdl__dv_load(t + (i) * GDL__DCONV_OC + GDL__DV_W); \
+    const int o##i = xo[i];
+    GDL__DCONV_HALF(GDL__DCONV_DECL)
+#undef GDL__DCONV_DECL
+    int s, k;
+    for (s = 0; s < ns; s++) {
+        const float *wk = w + s * ws, *xs0 = x + s * xs;
+#define GDL__DCONV_ZERO(i) gdl__dv c##i##_0 = gdl__dv_zero(), c##i##_1 = gdl__dv_zero();
+        GDL__DCONV_HALF(GDL__DCONV_ZERO)
+#undef GDL__DCONV_ZERO
+        for (k = 0; k < kc; k++) {
+            const gdl__dv w0 = gdl__dv_load(wk), w1 = gdl__dv_load(wk + GDL__DV_W);
+            const float *xk = xs0 + ko[k];
+            gdl__dv b;
+#define GDL__DCONV_FMA(i)                        \
+    b = gdl__dv_set(xk[o##i]);                   \
+    c##i##_0 = gdl__dv_fma(b, w0, c##i##_0);     \
+    c##i##_1 = gdl__dv_fma(b, w1, c##i##_1);
+            GDL__DCONV_HALF(GDL__DCONV_FMA)
+#undef GDL__DCONV_FMA
+            wk += GDL__DCONV_OC;
+        }
+#define GDL__DCONV_ADD(i)                        \
+    a##i##_0 = gdl__dv_add(c##i##_0, a##i##_0);  \
+    a##i##_1 = gdl__dv_add(c##i##_1, a##i##_1);
+        GDL__DCONV_HALF(GDL__DCONV_ADD)
+#undef GDL__DCONV_ADD
+    }
+#define GDL__DCONV_STORE(i)                                   \
+    gdl__dv_store(t + (i) * GDL__DCONV_OC, a##i##_0);           \
+    gdl__dv_store(t + (i) * GDL__DCONV_OC + GDL__DV_W, a##i##_1);
+    GDL__DCONV_HALF(GDL__DCONV_STORE)
+#undef GDL__DCONV_STORE
+}
+#undef GDL__DCONV_HALF
 #endif
 
 /* --- packing -------------------------------------------------------------
@@ -11136,7 +11187,8 @@ static void gdl__conv_task(void *p, int t, int nt) {
    (gdl__dconv_kernel) where col has at least 64 rows a group and a group at
    least half a vector tile of output channels: below that the tile's
    stores and the unused lanes outweigh the packing saved (a one-channel
-   input's 9 rows stay with the implicit GEMM). Measured on the dev VM's
+   input's 9 rows stay with the implicit GEMM; its weight gradient does not
+   always: gdl__dconv_gw_pays). Measured on the dev VM's
    Xeon (AVX-512), batch 128, 2 threads, the recipe CNN's 3x3 convolutions
    (2026-11-28, git log -p bench/RESULTS.md): 32->64 on 14x14, forward 6.5 -> 3.8 ms, backward
    12.6 -> 9.2 ms; 64->128 on 7x7, 6.3 -> 3.4 and 12.2 -> 7.4 ms. */
@@ -11329,51 +11381,75 @@ static void gdl__dconv_task(void *p, int t, int nt) {
    its k loop runs over the pixels (ko: their offsets). A work item is a
    tile of GDL__DCONV_UR rows of col by a channel tile of a group, whose sums
    (acc) go through every sample in order, as the GEMM's segments: the bits
-   do not depend on which task has the item. Each task takes its items
-   through the samples a chunk at a time, so that a chunk's padded inputs
-   and transposed gradients are read from its cache by all of them. */
+   do not depend on which task has the item.
+   The batch goes through in spans of samples (about 1 MB of padded inputs
+   and transposed gradients: GDL__DCONV_GW_SPAN), two buffers in turn: while the items' tasks
+   take span j, other tasks of the same run pad and transpose span j + 1,
+   so that the copying (bound by memory: it reads the batch's x and gy) runs
+   beside the multiply-adds, and the items read a span that is still in the
+   cache (one pass over the batch first wrote the whole batch's copies,
+   25 MB for the speedrun's second convolution, a third of the time, then
+   every item read them back from memory). Each item task takes its items
+   through its span a chunk at a time, so that a chunk's copies are read
+   from its cache by all of them. */
 typedef struct {
     const gdl_conv_geom *g;
-    int groups, OC, ntile, nk, kc_blk, chunk;
+    int groups, OC, ntile, nk, kc_blk, chunk, span;
+    int ns_kernel;       /* one K block a sample (a small image): gdl__dconv_kernel_ns */
+    int sa, sb, buf;     /* this run's items take the samples [sa, sb) from buffer buf */
+    int na, nprep, nitask;  /* its copying tasks the samples [na, na + nprep), into the other buffer */
     const gdl_real *x, *gy;
     gdl_real *gw;
-    gdl_real *xp;        /* [N][C][Hp][Wp] */
-    gdl_real *gyt;       /* [N][groups][ntile][OHW][OCT], zero past a group's channels */
+    gdl_real *xp[2];     /* [span][C][Hp][Wp] */
+    gdl_real *gyt[2];    /* [span][groups][ntile][OHW][OCT], zero past a group's channels */
     gdl_real *acc;       /* [groups][ntile][nk*UR][OCT] */
     const int *rowoff;   /* [nk*UR]: col row k's offset in a padded sample, the last repeated past K */
     const int *po;       /* [OHW]: pixel p's */
 } gdl__dconv_gw_job;
 
-/* Sample t's padded input and transposed output gradient. */
-static void gdl__dconv_gw_prep(void *p, int t, int nt) {
-    const gdl__dconv_gw_job *d = (const gdl__dconv_gw_job *)p;
+/* dst[p*OCT + o] = src[o*OHW + p] for the on channels of src (zero past them), p < OHW */
+static void gdl__dconv_gw_tr(const gdl_real *src, int OHW, int on, gdl_real *dst) {
+    enum { OCT = GDL__DCONV_OC };
+    int o, q, i;
+#if defined(GDL__GEMM_AVX512)
+    for (o = 0; o < OCT; o += 16) { /* 16 channels by 16 pixels at a time, in registers */
+        const int rows = on - o < 0 ? 0 : on - o < 16 ? on - o : 16;
+        for (q = 0; q + 16 <= OHW; q += 16)
+            gdl__dconv_tr16(src + (ptrdiff_t)o * OHW + q, OHW, rows, dst + (size_t)q * OCT + o, OCT, 16);
+        for (; q < OHW; q++)
+            for (i = 0; i < 16; i++) dst[(size_t)q * OCT + o + i] = i < rows ? src[(ptrdiff_t)(o + i) * OHW + q] : 0;
+    }
+#else
+    for (o = 0; o + 8 <= on; o += 8) { /* 8 channels by 8 pixels at a time */
+        for (q = 0; q + 8 <= OHW; q += 8) gdl__gemm_tr8x8(src + (ptrdiff_t)o * OHW + q, OHW, dst + (size_t)q * OCT + o, OCT);
+        for (; q < OHW; q++)
+            for (i = 0; i < 8; i++) dst[(size_t)q * OCT + o + i] = src[(ptrdiff_t)(o + i) * OHW + q];
+    }
+    for (; o < OCT; o++)
+        for (q = 0; q < OHW; q++) dst[(size_t)q * OCT + o] = o < on ? src[(ptrdiff_t)o * OHW + q] : 0;
+#endif
+}
+
+/* Sample n's padded input and transposed output gradient, at place i of buffer b. */
+static void gdl__dconv_gw_prep(const gdl__dconv_gw_job *d, int n, int b, int i) {
     const gdl_conv_geom *g = d->g;
     enum { OCT = GDL__DCONV_OC };
     const int OHW = g->OH * g->OW, OCg = d->OC / d->groups;
     const ptrdiff_t CHpWp = (ptrdiff_t)g->C * (g->H + 2 * g->PH) * (g->W + 2 * g->PW);
-    int gi, ot, o, q, i;
-    (void)nt;
-    gdl__dconv_pad(d->x + (int64_t)t * g->C * g->H * g->W, g->C, g->H, g->W, g->PH, g->PW, d->xp + t * CHpWp);
+    int gi, ot;
+    gdl__dconv_pad(d->x + (int64_t)n * g->C * g->H * g->W, g->C, g->H, g->W, g->PH, g->PW, d->xp[b] + i * CHpWp);
     for (gi = 0; gi < d->groups; gi++)
         for (ot = 0; ot < d->ntile; ot++) {
-            gdl_real *dst = d->gyt + (((size_t)t * d->groups + gi) * d->ntile + ot) * OHW * OCT;
+            gdl_real *dst = d->gyt[b] + (((size_t)i * d->groups + gi) * d->ntile + ot) * OHW * OCT;
             const int on = OCg - ot * OCT < OCT ? OCg - ot * OCT : OCT;
-            const gdl_real *src = d->gy + ((ptrdiff_t)t * d->OC + (ptrdiff_t)gi * OCg + ot * OCT) * OHW;
-            for (o = 0; o + 8 <= on; o += 8) { /* 8 channels by 8 pixels at a time */
-                for (q = 0; q + 8 <= OHW; q += 8) gdl__gemm_tr8x8(src + (ptrdiff_t)o * OHW + q, OHW, dst + (size_t)q * OCT + o, OCT);
-                for (; q < OHW; q++)
-                    for (i = 0; i < 8; i++) dst[(size_t)q * OCT + o + i] = src[(ptrdiff_t)(o + i) * OHW + q];
-            }
-            for (; o < OCT; o++)
-                for (q = 0; q < OHW; q++) dst[(size_t)q * OCT + o] = o < on ? src[(ptrdiff_t)o * OHW + q] : 0;
+            const gdl_real *src = d->gy + ((ptrdiff_t)n * d->OC + (ptrdiff_t)gi * OCg + ot * OCT) * OHW;
+            gdl__dconv_gw_tr(src, OHW, on, dst);
         }
 }
 
-/* Task t's share of the work items (a contiguous range, so that a task's
-   items mostly share a channel tile and its transposed gradients), from gw
-   and back. */
-static void gdl__dconv_gw_task(void *p, int t, int nt) {
-    const gdl__dconv_gw_job *d = (const gdl__dconv_gw_job *)p;
+/* Item task t's share of the work items (a contiguous range, so that a task's items mostly share a channel
+   tile and its transposed gradients) through the samples [sa, sb); from gw at the first, back at the last. */
+static void gdl__dconv_gw_items(const gdl__dconv_gw_job *d, int t, int nt) {
     const gdl_conv_geom *g = d->g;
     enum { UR = GDL__DCONV_UR, OCT = GDL__DCONV_OC };
     const int OHW = g->OH * g->OW, Cg = g->C / d->groups, OCg = d->OC / d->groups, K = Cg * g->KH * g->KW;
@@ -11381,7 +11457,7 @@ static void gdl__dconv_gw_task(void *p, int t, int nt) {
               i1 = (int)((int64_t)nitems * (t + 1) / nt);
     const ptrdiff_t HpWp = (ptrdiff_t)(g->H + 2 * g->PH) * (g->W + 2 * g->PW), CHpWp = g->C * HpWp;
     int it, s0, s, pc, i, o;
-    for (it = i0; it < i1; it++) { /* the sums start from gw (the GEMM's beta 1) */
+    for (it = i0; it < i1 && d->sa == 0; it++) { /* the sums start from gw (the GEMM's beta 1) */
         const int gi = it / (d->ntile * d->nk), ot = it / d->nk % d->ntile, k0 = it % d->nk * UR;
         gdl_real *a = d->acc + (size_t)it * UR * OCT;
         for (i = 0; i < UR; i++)
@@ -11390,25 +11466,71 @@ static void gdl__dconv_gw_task(void *p, int t, int nt) {
                 a[i * OCT + o] = oc < OCg && k0 + i < K ? d->gw[((ptrdiff_t)gi * OCg + oc) * K + k0 + i] : 0;
             }
     }
-    for (s0 = 0; s0 < g->N; s0 += d->chunk)
+    for (s0 = d->sa; s0 < d->sb; s0 += d->chunk)
         for (it = i0; it < i1; it++) {
             const int gi = it / (d->ntile * d->nk), ot = it / d->nk % d->ntile, kt = it % d->nk;
-            const int s1 = g->N - s0 < d->chunk ? g->N : s0 + d->chunk;
+            const int s1 = d->sb - s0 < d->chunk ? d->sb : s0 + d->chunk;
+            if (d->ns_kernel) { /* one K block a sample: its two halves, through the chunk's samples */
+                const size_t at = (size_t)(s0 - d->sa);
+                const gdl_real *gyt = d->gyt[d->buf] + ((at * d->groups + gi) * d->ntile + ot) * OHW * OCT;
+                const gdl_real *xs = d->xp[d->buf] + (ptrdiff_t)at * CHpWp + (ptrdiff_t)gi * Cg * HpWp;
+                for (i = 0; i < UR; i += UR / 2)
+                    gdl__dconv_kernel_ns(s1 - s0, OHW, gyt, (ptrdiff_t)d->groups * d->ntile * OHW * OCT, d->po, xs,
+                                         CHpWp, d->rowoff + kt * UR + i, d->acc + ((size_t)it * UR + i) * OCT);
+                continue;
+            }
             for (s = s0; s < s1; s++) {
-                const gdl_real *gyt = d->gyt + (((size_t)s * d->groups + gi) * d->ntile + ot) * OHW * OCT;
-                const gdl_real *xs = d->xp + s * CHpWp + (ptrdiff_t)gi * Cg * HpWp;
+                const size_t at = (size_t)(s - d->sa);
+                const gdl_real *gyt = d->gyt[d->buf] + ((at * d->groups + gi) * d->ntile + ot) * OHW * OCT;
+                const gdl_real *xs = d->xp[d->buf] + (ptrdiff_t)at * CHpWp + (ptrdiff_t)gi * Cg * HpWp;
                 for (pc = 0; pc < OHW; pc += d->kc_blk)
                     gdl__dconv_kernel(OHW - pc < d->kc_blk ? OHW - pc : d->kc_blk, gyt + (size_t)pc * OCT, d->po + pc,
                                       xs, d->rowoff + kt * UR, d->acc + (size_t)it * UR * OCT, 0);
             }
         }
-    for (it = i0; it < i1; it++) {
+    for (it = i0; it < i1 && d->sb == g->N; it++) {
         const int gi = it / (d->ntile * d->nk), ot = it / d->nk % d->ntile, k0 = it % d->nk * UR;
         const gdl_real *a = d->acc + (size_t)it * UR * OCT;
         for (i = 0; i < UR && k0 + i < K; i++)
             for (o = 0; o < OCT && ot * OCT + o < OCg; o++)
                 d->gw[((ptrdiff_t)gi * OCg + ot * OCT + o) * K + k0 + i] = a[i * OCT + o];
     }
+}
+
+/* A run's task t: the item tasks and the copying tasks (a sample each) alternate while both last, so that
+   the two kinds run side by side on two threads. */
+static void gdl__dconv_gw_task(void *p, int t, int nt) {
+    const gdl__dconv_gw_job *d = (const gdl__dconv_gw_job *)p;
+    const int m = d->nprep < d->nitask ? d->nprep : d->nitask;
+    int item, prep;
+    (void)nt;
+    if (t < 2 * m) {
+        item = t % 2 == 0 ? t / 2 : -1;
+        prep = t % 2 == 1 ? t / 2 : -1;
+    } else {
+        item = d->nitask > m ? m + t - 2 * m : -1;
+        prep = d->nprep > m ? m + t - 2 * m : -1;
+    }
+    if (item >= 0) gdl__dconv_gw_items(d, item, d->nitask);
+    if (prep >= 0) gdl__dconv_gw_prep(d, d->na + prep, d->buf ^ 1, prep);
+}
+
+/* The bytes of a span's copies (each of the two buffers): both buffers in a core's L2 (2 MB on the dev VM's
+   Xeon), yet enough work a run that its start and end cost little. Measured there on one thread (under load),
+   batch 256: 9->32 on 28x28 10.4 ms with spans of 0.5 MB, 11.3-11.7 with 1 MB, 12.2 with 2 MB, 12.7 with 4;
+   on 14x14 and 7x7 within 3 %. For the tests, a span of gdl__dconv_gw_span samples instead (0: by size). */
+#ifndef GDL__DCONV_GW_SPAN
+#define GDL__DCONV_GW_SPAN ((size_t)1 << 20)
+#endif
+static int gdl__dconv_gw_span;
+
+/* The weight gradient by the direct kernel where the forward's suits (gdl__dconv_pays), and also where col
+   has fewer rows but the output channels fill a vector tile: a one-channel input's 9 rows make one work
+   item, 3 channels' 27 two. The implicit GEMM packs col for a few kernel calls there, on one thread
+   (GDL__CONV_GW_ONE). Measured on the dev VM's Xeon (AVX-512, 1 thread, under load), batch 128, 28x28:
+   1 -> 32 channels 3.6 -> 2.2 ms, 3 -> 32 3.6 -> 2.9 ms; but 1 -> 16 1.7 -> 4.0 ms (half the tile idle). */
+static int gdl__dconv_gw_pays(const gdl_conv_geom *g, int groups, int OC) {
+    return gdl__dconv_pays(g, groups, OC) || OC / groups >= GDL__DCONV_OC;
 }
 
 /* The weight gradient by the direct kernel; the caller holds the pool. 0 done, 1 not (no memory, or more
@@ -11418,25 +11540,37 @@ static int gdl__dconv_weight_grad(const gdl_conv_geom *g, int groups, int OC, co
     enum { UR = GDL__DCONV_UR, OCT = GDL__DCONV_OC };
     const int Cg = g->C / groups, OCg = OC / groups, KK = g->KH * g->KW, K = Cg * KK, OHW = g->OH * g->OW;
     const int Hp = g->H + 2 * g->PH, Wp = g->W + 2 * g->PW;
+    const size_t xs = (size_t)g->C * Hp * Wp, ys = (size_t)groups * ((OCg + OCT - 1) / OCT) * OHW * OCT; /* a sample's */
     gdl__dconv_gw_job d;
     size_t xsz, ysz, asz, isz;
-    int *rowoff, *po, k, q, nitems, ntask;
+    int *rowoff, *po, k, q, nitems, sa;
     memset(&d, 0, sizeof d);
     d.g = g; d.groups = groups; d.OC = OC; d.x = x; d.gy = gy; d.gw = gw;
     d.ntile = (OCg + OCT - 1) / OCT;
     d.nk = (K + UR - 1) / UR;
     nitems = groups * d.ntile * d.nk;
     d.kc_blk = gdl__gemm_block(OHW, GDL__GEMM_KC, 1);
-    xsz = ((size_t)g->N * g->C * Hp * Wp + 15) & ~(size_t)15;
-    ysz = (size_t)g->N * groups * d.ntile * OHW * OCT;
-    asz = (size_t)groups * d.ntile * d.nk * UR * OCT;
+    /* images of at most 16 pixels on AVX-512: the kernel that keeps the sums in registers through a chunk
+       (3x3, measured under load, 1 thread: 6.9 -> 6.65 ms; on 7x7 it lost, its half tiles reading the
+       gradients twice; on AVX2, 3 rows a half tile, it lost on 3x3 too, 10.8 -> 12.1 ms) */
+#if defined(GDL__GEMM_AVX512)
+    d.ns_kernel = d.kc_blk >= OHW && OHW <= 16;
+#endif
+    d.span = gdl__dconv_gw_span ? gdl__dconv_gw_span : (int)(GDL__DCONV_GW_SPAN / (sizeof(gdl_real) * (xs + ys)));
+    if (d.span < 1) d.span = 1;
+    if (d.span > g->N) d.span = g->N;
+    xsz = ((size_t)d.span * xs + 15) & ~(size_t)15;
+    ysz = ((size_t)d.span * ys + 15) & ~(size_t)15;
+    asz = (size_t)nitems * UR * OCT;
     isz = (size_t)d.nk * UR + (size_t)OHW;
-    if (sizeof(gdl_real) * ((double)xsz + ysz + asz + isz) > (double)GDL__DCONV_MAX ||
-        !gdl__gemm_reserve(xsz + ysz + asz + isz))
+    if (sizeof(gdl_real) * (2.0 * ((double)xsz + ysz) + asz + isz) > (double)GDL__DCONV_MAX ||
+        !gdl__gemm_reserve(2 * (xsz + ysz) + asz + isz))
         return 1;
-    d.xp = gdl__gemm_shared.buf;
-    d.gyt = d.xp + xsz;
-    d.acc = d.gyt + ysz;
+    d.xp[0] = gdl__gemm_shared.buf;
+    d.xp[1] = d.xp[0] + xsz;
+    d.gyt[0] = d.xp[1] + xsz;
+    d.gyt[1] = d.gyt[0] + ysz;
+    d.acc = d.gyt[1] + ysz;
     rowoff = (int *)(void *)(d.acc + asz);
     po = rowoff + (size_t)d.nk * UR;
     for (k = 0; k < d.nk * UR; k++) {
@@ -11447,14 +11581,33 @@ static int gdl__dconv_weight_grad(const gdl_conv_geom *g, int groups, int OC, co
     d.rowoff = rowoff;
     d.po = po;
     /* a chunk's padded inputs and gradients in about 512 KB */
-    d.chunk = (int)(((size_t)128 << 10) / ((size_t)g->C * Hp * Wp + (size_t)groups * d.ntile * OHW * OCT + 1));
+    d.chunk = (int)(((size_t)128 << 10) / (xs + ys + 1));
     if (d.chunk < 1) d.chunk = 1;
-    gdl__pool_run(g->N, gdl__dconv_gw_prep, &d);
-    /* several tasks a thread (GDL__POOL_SPLIT), taken in turn: a thread the OS deschedules holds up only
-       the item range it has begun. One on one thread, which then reads the gradients once. An item's sums
-       go through the samples in order whichever task has it. */
-    ntask = threads <= 1 ? 1 : GDL__POOL_SPLIT * threads < nitems ? GDL__POOL_SPLIT * threads : nitems;
-    gdl__pool_run(ntask, gdl__dconv_gw_task, &d);
+    /* the first span's copies alone, then each span's items beside the next span's copies. Several item
+       tasks a thread (GDL__POOL_SPLIT), taken in turn: a thread the OS deschedules holds up only the item
+       range it has begun. One on one thread, which then reads each chunk's copies once. An item's sums go
+       through the samples in order whichever task has it. */
+    d.nitask = threads <= 1 ? 1 : GDL__POOL_SPLIT * threads < nitems ? GDL__POOL_SPLIT * threads : nitems;
+    d.buf = 1;
+    d.na = 0;
+    d.nprep = d.span;
+    for (sa = -d.span; sa < g->N; sa += d.span) {
+        const int items = sa >= 0;
+        d.sa = sa;
+        d.sb = g->N - sa < d.span ? g->N : sa + d.span;
+        d.na = sa + d.span;
+        d.nprep = g->N - d.na < d.span ? g->N - d.na : d.span;
+        if (d.nprep < 0) d.nprep = 0;
+        d.buf ^= 1;
+        if (!items) { /* only copies: the first span */
+            const int keep = d.nitask;
+            d.nitask = 0;
+            gdl__pool_run(d.nprep, gdl__dconv_gw_task, &d);
+            d.nitask = keep;
+        } else {
+            gdl__pool_run(d.nitask + d.nprep, gdl__dconv_gw_task, &d);
+        }
+    }
     return 0;
 }
 
@@ -11645,7 +11798,8 @@ static void gdl__conv_gemm_args(int pass, const gdl_conv_geom *g, int groups, in
 
 /* A weight gradient of fewer outputs than this (a one-channel input's first convolution: 32 x 9) runs on one
    thread: its grid has a few cells at most and its sum, over every pixel of the batch, cannot be split, so
-   two threads would only wait on each other's packing (descheduled beside a busy process: the whole op). */
+   two threads would only wait on each other's packing (descheduled beside a busy process: the whole op).
+   On x86 the direct kernel takes those whose output channels fill its vector tile (gdl__dconv_gw_pays). */
 #ifndef GDL__CONV_GW_ONE
 #define GDL__CONV_GW_ONE 1024
 #endif
@@ -11679,7 +11833,7 @@ static int gdl__cpu_conv_implicit(int pass, const gdl_conv_geom *g, int groups, 
         gdl__pool_release();
         return 0;
     }
-    if (pass == 1 && gdl__conv_path != 2 && gdl__dconv_pays(g, groups, OC) &&
+    if (pass == 1 && gdl__conv_path != 2 && gdl__dconv_gw_pays(g, groups, OC) &&
         gdl__dconv_weight_grad(g, groups, OC, x, gy, out, threads) == 0) {
         gdl__pool_release();
         return 0;

@@ -58,7 +58,9 @@ static void bench_conv_pass(bench_conv_data *d, int pass, const char **path) {
     if (rc == 0) {
         *path = "implicit GEMM";
 #ifdef GDL__DCONV
-        if (pass == 2 ? gdl__dconv_gx_pays(g, 1, d->OC) : gdl__dconv_pays(g, 1, d->OC)) *path = "direct";
+        if (pass == 2 ? gdl__dconv_gx_pays(g, 1, d->OC)
+                      : pass == 1 ? gdl__dconv_gw_pays(g, 1, d->OC) : gdl__dconv_pays(g, 1, d->OC))
+            *path = "direct";
 #endif
         return;
     }

@@ -69,11 +69,18 @@ static const conv_case cases[] = {
     {"direct_groups2", 4, 16,  8,  8, 40, 3, 3, 1, 1, 1, 1, 1, 1, 2, 1, GDL_ACT_RELU},
     {"direct_k306",    3, 34,  6,  7, 33, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, GDL_ACT_GELU},
     {"direct_5x5",     2,  3, 11,  9, 16, 5, 5, 1, 1, 2, 2, 1, 1, 1, 1, GDL_ACT_GELU_TANH},
+    /* the direct weight gradient where col has fewer rows (gdl__dconv_gw_pays: a vector tile of output
+       channels): one work item (a one-channel input), two with a ragged last and a ragged channel tile,
+       groups; 5 samples in spans of 2 (paths 3 and 4) */
+    {"direct_gw_c1",   5,  1, 12, 11, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, GDL_ACT_RELU},
+    {"direct_gw_c3",   5,  3,  9,  9, 40, 3, 3, 2, 1, 1, 1, 1, 2, 1, 0, NO_ACT},
+    {"direct_gw_g2",   3,  4,  7,  8, 64, 3, 3, 1, 1, 1, 1, 1, 1, 2, 1, NO_ACT},
     /* ... and its input gradient (stride 1, >= 16 input channels a group): groups with dilation and padding
        short of the reach, output channels in two K blocks */
     {"direct_gx_d2",   3, 32,  9,  8, 40, 3, 3, 1, 1, 2, 1, 2, 1, 2, 1, NO_ACT},
     {"direct_gx_oc260", 2, 16, 5,  6, 260, 3, 3, 1, 1, 0, 1, 1, 1, 1, 1, NO_ACT},
-    /* ... on maps under 16 pixels too (3x3 and 2x2 outputs), where the implicit GEMM would decline */
+    /* ... on maps under 16 pixels too (3x3 and 2x2 outputs), where the implicit GEMM would decline (and the
+       weight gradient's sums stay in registers through a chunk: gdl__dconv_kernel_ns) */
     {"direct_gx_3x3",  5, 32,  3,  3, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NO_ACT},
     {"direct_gx_2x2",  3, 16,  2,  2, 17, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, GDL_ACT_RELU},
 };
@@ -130,7 +137,10 @@ static int run(const conv_case *c, conv_io *io, int path, int threads, conv_res 
     int s[2], p[2], d[2];
     gdl_tensor *y, *loss;
     memset(res, 0, sizeof *res);
-    gdl__conv_path = path;
+    gdl__conv_path = path >= 3 ? 1 : path;
+#ifdef GDL__DCONV
+    gdl__dconv_gw_span = path == 3 ? 2 : path == 4 ? 1 : 0;
+#endif
     gdl_set_num_threads(threads);
     gdl_arena_reset();
     if (gdl_zero_grad_tensor(io->x) < 0 || gdl_zero_grad_tensor(io->w) < 0 || (io->b && gdl_zero_grad_tensor(io->b) < 0))
@@ -145,6 +155,9 @@ static int run(const conv_case *c, conv_io *io, int path, int threads, conv_res 
     res->gw = copy_of(io->w->grad);
     res->gb = io->b ? copy_of(io->b->grad) : NULL;
     gdl__conv_path = -1;
+#ifdef GDL__DCONV
+    gdl__dconv_gw_span = 0;
+#endif
     return res->y && res->gx && res->gw && (!io->b || res->gb) ? 0 : -1;
 }
 
@@ -260,12 +273,13 @@ static enum harness_result against_direct_loop(const conv_case *c, const conv_io
 }
 
 /* One case: im2col (2 threads) is the reference; the implicit path (with
-   the direct forward kernel where it suits) at 1, 2 and 3 threads, the path
+   the direct kernels where they suit) at 1, 2 and 3 threads, the path
    chosen by shape and the implicit GEMM alone give its bits; the implicit
    path agrees with the direct loop. */
 TEST conv_paths_agree(const conv_case *c) {
-    /* path 2: the implicit GEMM where path 1 would take the direct forward kernel; -1: the path the shape picks */
-    static const int threads[] = {1, 2, 3, 2, 2}, paths[] = {1, 1, 1, -1, 2};
+    /* path 2: the implicit GEMM where path 1 would take a direct kernel; -1: the path the shape picks; 3 and
+       4: path 1 with the direct weight gradient's spans of 2 samples and of 1 (several runs, a short last) */
+    static const int threads[] = {1, 2, 3, 2, 2, 2, 3}, paths[] = {1, 1, 1, -1, 2, 3, 4};
     conv_io io;
     conv_res old, cur;
     enum harness_result hr = HARNESS_PASS;

@@ -473,6 +473,57 @@ static void gdl__dconv_kernel(int kc, const float *GDL__RESTRICT w, const int *G
 #undef GDL__DCONV_STORE
 }
 #undef GDL__DCONV_PIX
+
+/* The weight gradient's kernel for images of one K block (src/cpu/conv_pool.h), on half a tile's rows,
+   GDL__DCONV_UR / 2: t[i*OC + o] += the block's sum of each of ns samples in turn (sample s's w at s*ws, its x
+   at s*xs), each block's FMAs from zero over its kc pixels, as gdl__dconv_kernel's, then added to the
+   running sums: the same operations as ns calls of that kernel (first 0), but the running sums stay in
+   registers between the samples, where that kernel loads and stores the tile each call (on a 3x3 image
+   its 9 pixels' FMAs took little longer than that). */
+#if defined(GDL__GEMM_AVX512)
+#define GDL__DCONV_HALF(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6)
+#else
+#define GDL__DCONV_HALF(X) X(0) X(1) X(2)
+#endif
+static void gdl__dconv_kernel_ns(int ns, int kc, const float *GDL__RESTRICT w, ptrdiff_t ws,
+                                 const int *GDL__RESTRICT ko, const float *x, ptrdiff_t xs,
+                                 const int *GDL__RESTRICT xo, float *GDL__RESTRICT t) {
+#define GDL__DCONV_DECL(i)                                                                                   \
+    gdl__dv a##i##_0 = gdl__dv_load(t + (i) * GDL__DCONV_OC), a##i##_1 = gdl__dv_load(t + (i) * GDL__DCONV_OC + GDL__DV_W); \
+    const int o##i = xo[i];
+    GDL__DCONV_HALF(GDL__DCONV_DECL)
+#undef GDL__DCONV_DECL
+    int s, k;
+    for (s = 0; s < ns; s++) {
+        const float *wk = w + s * ws, *xs0 = x + s * xs;
+#define GDL__DCONV_ZERO(i) gdl__dv c##i##_0 = gdl__dv_zero(), c##i##_1 = gdl__dv_zero();
+        GDL__DCONV_HALF(GDL__DCONV_ZERO)
+#undef GDL__DCONV_ZERO
+        for (k = 0; k < kc; k++) {
+            const gdl__dv w0 = gdl__dv_load(wk), w1 = gdl__dv_load(wk + GDL__DV_W);
+            const float *xk = xs0 + ko[k];
+            gdl__dv b;
+#define GDL__DCONV_FMA(i)                        \
+    b = gdl__dv_set(xk[o##i]);                   \
+    c##i##_0 = gdl__dv_fma(b, w0, c##i##_0);     \
+    c##i##_1 = gdl__dv_fma(b, w1, c##i##_1);
+            GDL__DCONV_HALF(GDL__DCONV_FMA)
+#undef GDL__DCONV_FMA
+            wk += GDL__DCONV_OC;
+        }
+#define GDL__DCONV_ADD(i)                        \
+    a##i##_0 = gdl__dv_add(c##i##_0, a##i##_0);  \
+    a##i##_1 = gdl__dv_add(c##i##_1, a##i##_1);
+        GDL__DCONV_HALF(GDL__DCONV_ADD)
+#undef GDL__DCONV_ADD
+    }
+#define GDL__DCONV_STORE(i)                                   \
+    gdl__dv_store(t + (i) * GDL__DCONV_OC, a##i##_0);           \
+    gdl__dv_store(t + (i) * GDL__DCONV_OC + GDL__DV_W, a##i##_1);
+    GDL__DCONV_HALF(GDL__DCONV_STORE)
+#undef GDL__DCONV_STORE
+}
+#undef GDL__DCONV_HALF
 #endif
 
 /* --- packing -------------------------------------------------------------
