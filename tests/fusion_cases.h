@@ -284,6 +284,48 @@ TEST fz_bn_act_bitwise_case(gdl_device dev) {
     PASS();
 }
 
+/* Batch norm + GELU with long channels (2 x 70001 values each: the CPU's GELU per row rather than over a
+   group of channels' spans, gdl__bn_gelu_group) bitwise the two ops: the output, x's, weight's and bias's
+   gradients, training and eval */
+TEST fz_bn_gelu_long_case(gdl_device dev) {
+    int64_t xs[3] = {2, 3, 70001}, cs = 3;
+    int training, fused, rc;
+    for (training = 0; training < 2; training++) {
+        unsigned char *buf[2] = {NULL, NULL};
+        size_t len[2] = {0, 0};
+        for (fused = 0; fused < 2; fused++) {
+            gdl_tensor *x, *w, *b, *rm, *rv, *y = NULL, *g;
+            gdl_manual_seed(21);
+            x = gdl_randn(3, xs, dev), w = gdl_randn(1, &cs, dev), b = gdl_randn(1, &cs, dev);
+            rm = gdl_randn(1, &cs, dev), rv = gdl_ones(1, &cs, GDL_F32, dev);
+            g = gdl_randn(3, xs, dev);
+            rc = x && w && b && rm && rv && g ? 0 : -1;
+            if (rc == 0) {
+                gdl_set_requires_grad(x, 1), gdl_set_requires_grad(w, 1), gdl_set_requires_grad(b, 1);
+                y = fused ? gdl_batch_norm_act(x, rm, rv, w, b, training, 0.1, 1e-5, GDL_ACT_GELU)
+                          : gdl_gelu(gdl_batch_norm(x, rm, rv, w, b, training, 0.1, 1e-5), 0);
+                rc = y && gdl_backward_grad(y, g) == 0 && fz_append(&buf[fused], &len[fused], y) == 0 &&
+                             fz_append(&buf[fused], &len[fused], x->grad) == 0 &&
+                             fz_append(&buf[fused], &len[fused], w->grad) == 0 &&
+                             fz_append(&buf[fused], &len[fused], b->grad) == 0
+                         ? 0
+                         : -1;
+            }
+            gdl_arena_reset();
+            gdl_free(x), gdl_free(w), gdl_free(b), gdl_free(rm), gdl_free(rv), gdl_free(g);
+            if (rc < 0) {
+                free(buf[0]), free(buf[1]);
+                FAILf("batch norm + GELU, 2 x 3 x 70001: %s", gdl_last_error());
+            }
+        }
+        rc = len[0] == len[1] && len[0] > 0 ? fz_first_diff(buf[0], buf[1], len[0]) : -2;
+        free(buf[0]), free(buf[1]);
+        if (rc != -1)
+            FAILf("batch norm + GELU, 2 x 3 x 70001, training %d: fused and unfused differ at byte %d", training, rc);
+    }
+    PASS();
+}
+
 /* the op that made a two-module Sequential's output: a Linear (conv 0), Conv2d (1) or BatchNorm2d (2), then act */
 static int fz_pair_op(gdl_device dev, gdl_module *act, int conv) {
     gdl_module *m;

@@ -2594,6 +2594,7 @@ SUITE(graphs) {
     RUN_GPU_ON("fusion_when", fz_when_fused_case);
     RUN_GPU_ON("fusion_errors", fz_errors_case);
     RUN_GPU_ON("fusion_bn_act_bitwise", fz_bn_act_bitwise_case);
+    RUN_GPU_ON("fusion_bn_gelu_long", fz_bn_gelu_long_case);
     RUN_GPU(fusion_launch_counts);
     RUN_GPU(maxpool_unset_grad);
     RUN_GPU(fusion_lt_fallbacks);
