@@ -12660,7 +12660,20 @@ typedef struct {
 static void gdl__bn_gelu_grads(const gdl_real *pre, const gdl_real *gy, int64_t N, int64_t stride, int64_t w,
                                gdl_real *g, int64_t gw) {
     int64_t n;
-    for (n = 0; n < N; n++) gdl__gelu_grad_rows(pre + n * stride, gy + n * stride, g + n * gw, w, 0);
+    for (n = 0; n < N; n++) {
+#if defined(GDL__GELU_AVX512) || defined(GDL__GELU_AVX2)
+        /* the next row's lines asked for first: short rows stride apart (144 values of 3 x 3 channels) run
+           ahead of the hardware's prefetch, and this pass took 1.7 times the whole-tensor one it replaces */
+        if (n + 1 < N) {
+            int64_t k;
+            for (k = 0; k < w; k += 64 / (int64_t)sizeof(gdl_real)) {
+                _mm_prefetch((const char *)(pre + (n + 1) * stride + k), _MM_HINT_T0);
+                _mm_prefetch((const char *)(gy + (n + 1) * stride + k), _MM_HINT_T0);
+            }
+        }
+#endif
+        gdl__gelu_grad_rows(pre + n * stride, gy + n * stride, g + n * gw, w, 0);
+    }
 }
 /* gx = (acc ? gx : 0) + A (M g - sg - (x - mu) is sgx) (training; A = gm is / M), or + g gm is, over n
    values, the term in double and rounded once, as the scalar expressions; g as gdl__bn_gy1 gives it (y: a
