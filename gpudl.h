@@ -12574,6 +12574,18 @@ static void gdl__batchnorm_cols(const gdl__batchnorm_job *b, int64_t lo, int64_t
         gdl__bn_col_affine(b->x + c0, b->y + c0, N, C, w, mu, is, gm, bt, b->act, b->pre ? b->pre + c0 : NULL);
     }
 }
+/* asks for the cache lines of n values at p, the next of a fused GELU's rows: short rows stride apart
+   (144 values for 16 channels of 3 x 3) run ahead of the hardware's prefetch, and the backward's GELU
+   pass over them took 1.7 times the whole-tensor one it replaces (1.17 ms against 0.86 with this, at
+   [256, 128, 3, 3] on 2 threads) */
+static void gdl__bn_prefetch(const gdl_real *p, int64_t n) {
+#if defined(GDL__GELU_AVX512) || defined(GDL__GELU_AVX2)
+    int64_t k;
+    for (k = 0; k < n; k += 64 / (int64_t)sizeof(gdl_real)) _mm_prefetch((const char *)(p + k), _MM_HINT_T0);
+#else
+    (void)p, (void)n;
+#endif
+}
 /* A fused GELU's channels go in groups whose N S values together are about GDL__BN_GELU_GROUP floats (at
    least one channel): GELU runs over each row's span of the group's channels, contiguous in memory and
    still in cache, instead of over rows of S (9 to 196 values in a CNN), whose vector loop's scalar tail
@@ -12626,7 +12638,10 @@ static void gdl__batchnorm_part(gdl__args a, int64_t lo, int64_t hi) {
             }
         }
         if (grouped)
-            for (n = 0; n < N; n++) gdl__gelu_rows(b.pre + (n * C + c0) * S, b.y + (n * C + c0) * S, (c1 - c0) * S);
+            for (n = 0; n < N; n++) {
+                if (n + 1 < N) gdl__bn_prefetch(b.pre + ((n + 1) * C + c0) * S, (c1 - c0) * S);
+                gdl__gelu_rows(b.pre + (n * C + c0) * S, b.y + (n * C + c0) * S, (c1 - c0) * S);
+            }
     }
 }
 static int gdl__cpu_batchnorm_f32(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma,
@@ -12661,17 +12676,7 @@ static void gdl__bn_gelu_grads(const gdl_real *pre, const gdl_real *gy, int64_t 
                                gdl_real *g, int64_t gw) {
     int64_t n;
     for (n = 0; n < N; n++) {
-#if defined(GDL__GELU_AVX512) || defined(GDL__GELU_AVX2)
-        /* the next row's lines asked for first: short rows stride apart (144 values of 3 x 3 channels) run
-           ahead of the hardware's prefetch, and this pass took 1.7 times the whole-tensor one it replaces */
-        if (n + 1 < N) {
-            int64_t k;
-            for (k = 0; k < w; k += 64 / (int64_t)sizeof(gdl_real)) {
-                _mm_prefetch((const char *)(pre + (n + 1) * stride + k), _MM_HINT_T0);
-                _mm_prefetch((const char *)(gy + (n + 1) * stride + k), _MM_HINT_T0);
-            }
-        }
-#endif
+        if (n + 1 < N) gdl__bn_prefetch(pre + (n + 1) * stride, w), gdl__bn_prefetch(gy + (n + 1) * stride, w);
         gdl__gelu_grad_rows(pre + n * stride, gy + n * stride, g + n * gw, w, 0);
     }
 }
