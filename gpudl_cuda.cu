@@ -3180,13 +3180,14 @@ __device__ __forceinline__ int64_t gdl__bn_at(int64_t m, int64_t C, int64_t S, i
 }
 
 // Two passes over the channel (mean, then squared deviations) as the CPU.
-// Per-channel scalars are kept in double, as the CPU keeps them. relu: a fused
-// ReLU on the f32 value before the rounding to T (the same as after it: rounding
-// keeps the sign).
+// Per-channel scalars are kept in double, as the CPU keeps them. act GDL_ACT_RELU: a
+// fused ReLU on the f32 value before the rounding to T (the same as after it: rounding
+// keeps the sign); GDL_ACT_GELU: the f32 value kept in pre, y = GELU of it
+// (gdl_unary1_float, the unary kernel's), rounded once to T.
 template <typename T>
 __global__ void gdl__k_batchnorm(int64_t N, int64_t C, int64_t S, const T *x, const float *gamma,
                                  const float *beta, T *y, float *mean, float *invstd, float *run_mean,
-                                 float *run_var, int training, double momentum, double eps, int relu) {
+                                 float *run_var, int training, double momentum, double eps, int act, float *pre) {
     GDL_CU_ROWS(c, C) {
         int64_t M = N * S;
         double mu, var;
@@ -3218,7 +3219,11 @@ __global__ void gdl__k_batchnorm(int64_t N, int64_t C, int64_t S, const T *x, co
         for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
             int64_t j = gdl__bn_at(m, C, S, c);
             float v = (gdl__ld(x[j]) - muf) * isf * gm + bt;
-            y[j] = gdl__st<T>(relu && !(v > 0) ? 0.0f : v);
+            if (act == GDL_ACT_GELU) {
+                pre[j] = v;
+                v = gdl_unary1_float(GDL_UN_GELU_ERF, v, 0.0f);
+            }
+            y[j] = gdl__st<T>(act == GDL_ACT_RELU && !(v > 0) ? 0.0f : v);
         }
     }
 }
@@ -3226,14 +3231,19 @@ __global__ void gdl__k_batchnorm(int64_t N, int64_t C, int64_t S, const T *x, co
 template <typename T>
 static int gdl__cu_batchnorm_t(int64_t N, int64_t C, int64_t S, const T *x, const float *gamma, const float *beta,
                                T *y, float *mean, float *invstd, float *run_mean, float *run_var, int training,
-                               double momentum, double eps, int relu) {
+                               double momentum, double eps, int act, float *pre) {
     if (C <= 0) return 0;
+    if (act != GDL_ACT_NONE && act != GDL_ACT_RELU && (act != GDL_ACT_GELU || !pre)) {
+        gdl__set_error("gdl_cuda: batchnorm: fused activation %d%s (GDL_ACT_NONE, GDL_ACT_RELU, or GDL_ACT_GELU with pre)",
+                       act, act == GDL_ACT_GELU ? " without pre" : "");
+        return -1;
+    }
     if (!training && (!run_mean || !run_var)) {
         gdl__set_error("gdl_cuda: batchnorm in eval mode needs running statistics");
         return -1;
     }
     GDL_CU_LAUNCH(gdl__k_batchnorm<T>, gdl__cu_row_grid(C), GDL__CU_NORM_THREADS, 0, gdl__cu_stream())(N, C, S, x, gamma, beta, y, mean, invstd,
-                                                                    run_mean, run_var, training, momentum, eps, relu);
+                                                                    run_mean, run_var, training, momentum, eps, act, pre);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -3241,21 +3251,25 @@ static int gdl__cu_batchnorm_t(int64_t N, int64_t C, int64_t S, const T *x, cons
 // training: gx += gamma*invstd/M * (M*gy - sum(gy) - xhat*sum(gy*xhat))
 // eval:     gx += gy*gamma*invstd (the statistics are constants)
 // (gx = 0 + ... when acc is 0: gx unset, not read). ry: a fused ReLU's output; gy is then
-// taken as ReLU's backward gives it, 0 + (ry > 0 ? gy : 0).
+// taken as ReLU's backward gives it, 0 + (ry > 0 ? gy : 0). pre: a fused GELU's input (f32);
+// gy is then taken as the unary kernel's GELU backward gives it, 0 + gy GELU'(pre) (for f32
+// nvcc may fuse the product into that add: an FMA with 0, the same value).
 template <typename T>
-__device__ __forceinline__ float gdl__bn_gy(const T *gy, const T *ry, int64_t j) {
+__device__ __forceinline__ float gdl__bn_gy(const T *gy, const T *ry, const float *pre, int64_t j) {
+    if (pre) return 0.0f + gdl__ld(gy[j]) * gdl_unary_grad1_float(GDL_UN_GELU_ERF, pre[j], 0.0f, 0.0f);
     return ry ? 0.0f + (gdl__ld(ry[j]) > 0 ? gdl__ld(gy[j]) : 0.0f) : gdl__ld(gy[j]);
 }
 template <typename T>
 __global__ void gdl__k_batchnorm_backward(int64_t N, int64_t C, int64_t S, const T *x, const T *gy, const T *ry,
-                                          const float *gamma, const float *mean, const float *invstd, int training,
-                                          T *gx, float *ggamma, float *gbeta, int acc) {
+                                          const float *pre, const float *gamma, const float *mean,
+                                          const float *invstd, int training, T *gx, float *ggamma, float *gbeta,
+                                          int acc) {
     GDL_CU_ROWS(c, C) {
         int64_t M = N * S;
         float mu = mean[c], is = invstd[c], gm = gamma ? gamma[c] : 1.0f, sg = 0, sgx = 0;
         for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
             int64_t j = gdl__bn_at(m, C, S, c);
-            float gj = gdl__bn_gy(gy, ry, j);
+            float gj = gdl__bn_gy(gy, ry, pre, j);
             sg += gj;
             sgx += gj * (gdl__ld(x[j]) - mu) * is;
         }
@@ -3270,7 +3284,7 @@ __global__ void gdl__k_batchnorm_backward(int64_t N, int64_t C, int64_t S, const
         for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
             int64_t j = gdl__bn_at(m, C, S, c);
             float old = acc ? gdl__ld(gx[j]) : 0.0f;
-            float gj = gdl__bn_gy(gy, ry, j);
+            float gj = gdl__bn_gy(gy, ry, pre, j);
             if (training) gx[j] = gdl__st<T>(old + k * (Mf * gj - sg - (gdl__ld(x[j]) - mu) * is * sgx));
             else gx[j] = gdl__st<T>(old + gj * gm * is);
         }
@@ -3279,49 +3293,57 @@ __global__ void gdl__k_batchnorm_backward(int64_t N, int64_t C, int64_t S, const
 
 template <typename T>
 static int gdl__cu_batchnorm_backward_t(int64_t N, int64_t C, int64_t S, const T *x, const T *gy, const T *ry,
-                                        const float *gamma, const float *mean, const float *invstd, int training,
-                                        T *gx, float *ggamma, float *gbeta, int acc) {
+                                        const float *pre, const float *gamma, const float *mean, const float *invstd,
+                                        int training, T *gx, float *ggamma, float *gbeta, int acc) {
     if (C <= 0 || (!gx && !ggamma && !gbeta)) return 0;
-    GDL_CU_LAUNCH(gdl__k_batchnorm_backward<T>, gdl__cu_row_grid(C), GDL__CU_NORM_THREADS, 0, gdl__cu_stream())(N, C, S, x, gy, ry, gamma, mean,
-                                                                             invstd, training, gx, ggamma, gbeta, acc);
+    GDL_CU_LAUNCH(gdl__k_batchnorm_backward<T>, gdl__cu_row_grid(C), GDL__CU_NORM_THREADS, 0, gdl__cu_stream())(N, C, S, x, gy, ry, pre, gamma,
+                                                                             mean, invstd, training, gx, ggamma, gbeta, acc);
     GDL_CU_LAUNCHED();
     return 0;
 }
 
 static int gdl__cu_batchnorm_f32(int64_t N, int64_t C, int64_t S, const float *x, const float *gamma, const float *beta,
                              float *y, float *mean, float *invstd, float *run_mean, float *run_var, int training,
-                             double momentum, double eps, int relu) {
+                             double momentum, double eps, int act, float *pre) {
     return gdl__cu_batchnorm_t<float>(N, C, S, x, gamma, beta, y, mean, invstd, run_mean, run_var, training, momentum, eps,
-                                      relu);
+                                      act, pre);
 }
 static int gdl__cu_batchnorm_backward_f32(int64_t N, int64_t C, int64_t S, const float *x, const float *gy, const float *y,
-                                      const float *gamma, const float *mean, const float *invstd, int training,
-                                      float *gx, float *ggamma, float *gbeta, int accumulate) {
-    return gdl__cu_batchnorm_backward_t<float>(N, C, S, x, gy, y, gamma, mean, invstd, training, gx, ggamma, gbeta,
+                                      const float *pre, const float *gamma, const float *mean, const float *invstd,
+                                      int training, float *gx, float *ggamma, float *gbeta, int accumulate) {
+    return gdl__cu_batchnorm_backward_t<float>(N, C, S, x, gy, y, pre, gamma, mean, invstd, training, gx, ggamma, gbeta,
                                                accumulate);
 }
 static int gdl__cu_batchnorm(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const float *gamma,
                              const float *beta, void *y, float *mean, float *invstd, float *run_mean, float *run_var,
-                             int training, double momentum, double eps, int relu) {
+                             int training, double momentum, double eps, int act, float *pre) {
     if (dt == GDL_F32)
         return gdl__cu_batchnorm_f32(N, C, S, (const float *)x, gamma, beta, (float *)y, mean, invstd, run_mean, run_var,
-                                     training, momentum, eps, relu);
+                                     training, momentum, eps, act, pre);
     return gdl__cu_dispatch("batchnorm", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_batchnorm_t(N, C, S, (const T *)x, gamma, beta, (T *)y, mean, invstd, run_mean, run_var, training,
-                                   momentum, eps, relu);
+                                   momentum, eps, act, pre);
     });
 }
 static int gdl__cu_batchnorm_backward(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
                                       const void *y, const float *gamma, const float *mean, const float *invstd,
-                                      int training, void *gx, float *ggamma, float *gbeta, int accumulate) {
+                                      int training, void *gx, float *ggamma, float *gbeta, int accumulate, int act) {
+    // act GDL_ACT_GELU: y is the forward's pre, f32 whatever dt is
+    const float *pre = act == GDL_ACT_GELU ? (const float *)y : NULL;
+    if (act != GDL_ACT_NONE && ((act != GDL_ACT_RELU && act != GDL_ACT_GELU) || !y)) {
+        gdl__set_error("gdl_cuda: batchnorm_backward: fused activation %d%s (GDL_ACT_NONE, or GDL_ACT_RELU / "
+                       "GDL_ACT_GELU with y)", act, y ? "" : " without y");
+        return -1;
+    }
+    if (act != GDL_ACT_RELU) y = NULL;
     if (dt == GDL_F32)
-        return gdl__cu_batchnorm_backward_f32(N, C, S, (const float *)x, (const float *)gy, (const float *)y, gamma, mean,
-                                              invstd, training, (float *)gx, ggamma, gbeta, accumulate);
+        return gdl__cu_batchnorm_backward_f32(N, C, S, (const float *)x, (const float *)gy, (const float *)y, pre, gamma,
+                                              mean, invstd, training, (float *)gx, ggamma, gbeta, accumulate);
     return gdl__cu_dispatch("batchnorm_backward", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
-        return gdl__cu_batchnorm_backward_t(N, C, S, (const T *)x, (const T *)gy, (const T *)y, gamma, mean, invstd,
-                                            training, (T *)gx, ggamma, gbeta, accumulate);
+        return gdl__cu_batchnorm_backward_t(N, C, S, (const T *)x, (const T *)gy, (const T *)y, pre, gamma, mean,
+                                            invstd, training, (T *)gx, ggamma, gbeta, accumulate);
     });
 }
 

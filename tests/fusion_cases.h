@@ -10,7 +10,8 @@
      cuBLASLt's epilogues and both bias-gradient reductions;
    * the fused op is what runs, and is not used where the module layer must
      not fuse (fusion off, anomaly mode, autocast, a non-f32 parameter);
-   * gdl_linear_act / gdl_conv2d_act / gdl_batch_norm_relu's errors name the
+   * batch norm + ReLU / GELU fused is bitwise the two ops;
+   * gdl_linear_act / gdl_conv2d_act / gdl_batch_norm_relu / _act's errors name the
      op, shapes, dtypes. */
 #ifndef GPUDL_FUSION_CASES_H
 #define GPUDL_FUSION_CASES_H
@@ -51,6 +52,18 @@ static gdl_module *fz_resnet(int big) {
                                                   gdl_nn_linear(2 * c, 10, 1)});
 }
 
+/* BatchNorm + GELU (erf) as the speedrun has them: after a pooled conv, after a conv, and BatchNorm1d
+   after the global pooling; big: 16 channels (the CPU's blocks of 8 in [N, C]), 30 pixels a sample */
+static gdl_module *fz_bn_gelu_cnn(int big) {
+    int c = big ? 16 : 4;
+    gdl_manual_seed(15);
+    return gdl_nn_sequential(12, (gdl_module *[]){gdl_nn_conv2d(3, c, 3, 1, 1, 1, 1, 0), gdl_nn_maxpool2d(2, 0, 0),
+                                                  gdl_nn_batchnorm2d(c), gdl_nn_gelu(0),
+                                                  gdl_nn_conv2d(c, c, 3, 1, 1, 1, 1, 0), gdl_nn_batchnorm2d(c),
+                                                  gdl_nn_gelu(0), gdl_nn_global_avgpool2d(), gdl_nn_flatten(1),
+                                                  gdl_nn_batchnorm1d(c), gdl_nn_gelu(0), gdl_nn_linear(c, 10, 1)});
+}
+
 /* appends t's bytes (copied to the host) to *buf */
 static int fz_append(unsigned char **buf, size_t *len, gdl_tensor *t) {
     gdl_tensor *h = t ? gdl_to(t, gdl_cpu()) : NULL;
@@ -69,11 +82,11 @@ static int fz_append(unsigned char **buf, size_t *len, gdl_tensor *t) {
     return 0;
 }
 
-/* trains a fresh model (kind 0 the MLP, 1 the CNN, 2 the ResNet) FZ_STEPS SGD steps on dev with fusion
-   on or off; the losses, the last output, every gradient and weight in *buf */
+/* trains a fresh model (kind 0 the MLP, 1 the CNN, 2 the ResNet, 3 the BatchNorm + GELU CNN) FZ_STEPS SGD
+   steps on dev with fusion on or off; the losses, the last output, every gradient and weight in *buf */
 static int fz_train(gdl_device dev, int kind, int fuse, unsigned char **buf, size_t *len) {
     int big = dev.type == GDL_DEVICE_CPU, cnn = kind > 0;
-    gdl_module *m = kind == 2 ? fz_resnet(big) : cnn ? fz_cnn(big) : fz_mlp(big);
+    gdl_module *m = kind == 3 ? fz_bn_gelu_cnn(big) : kind == 2 ? fz_resnet(big) : cnn ? fz_cnn(big) : fz_mlp(big);
     gdl_optimizer *opt = gdl_sgd_new(0.05, 0.9, 0, 1e-4, 0);
     gdl_tensor *x, *y, *out = NULL, *ts[32];
     int32_t lab[130];
@@ -145,14 +158,14 @@ static double fz_rel_diff(const unsigned char *a, const unsigned char *b, size_t
 #include "cuda_emu/emu_api.h"
 #endif
 TEST fz_train_bitwise_case(gdl_device dev) {
-    static const char *const name[3] = {"MLP", "CNN", "ResNet"};
+    static const char *const name[4] = {"MLP", "CNN", "ResNet", "BatchNorm + GELU CNN"};
     int kind;
 #ifdef GPUDL_EMU
     int exact = dev.type == GDL_DEVICE_CPU || strcmp(gdl_emu_gemm_mode(), "plain") == 0;
 #else
     int exact = dev.type == GDL_DEVICE_CPU;
 #endif
-    for (kind = 0; kind < 3; kind++) {
+    for (kind = 0; kind < 4; kind++) {
         unsigned char *a = NULL, *b = NULL;
         size_t la = 0, lb = 0;
         int ra = fz_train(dev, kind, 1, &a, &la), rb = fz_train(dev, kind, 0, &b, &lb);
@@ -174,17 +187,19 @@ TEST fz_train_bitwise_case(gdl_device dev) {
     PASS();
 }
 
-/* One run of batch norm + ReLU, fused (gdl_batch_norm_relu) or as the two ops, on x [3, 4, 21] in dt with
-   NaN, +-0 and Inf in it: mode 0 training with affine parameters and running statistics (updated), 1
+/* One run of batch norm + act (GDL_ACT_RELU or GDL_ACT_GELU), fused (gdl_batch_norm_relu,
+   gdl_batch_norm_act) or as the two ops, on x [3, 4, 21] (flat: the same values as [21, 12], batch norm's
+   blocks of 8 channels and a tail) in dt with NaN, +-0 and Inf in it: mode 0 training with affine parameters and running statistics (updated), 1
    training with neither, 2 eval (running statistics) with affine parameters, 3 eval without. x goes through a scale by 1 first (an intermediate: its gradient is
    unset until the backward stores it) and the output is used twice. The output and the gradients of the
    intermediate, x, weight and bias and the running statistics, widened to f32, in *buf. */
-static int fz_bn_relu_run(gdl_device dev, int mode, gdl_dtype dt, int fused, unsigned char **buf, size_t *len) {
-    enum { N = 3, C = 4, S = 21 };
-    static const float mv[C] = {0.5f, -0.25f, 0, 1}, vv[C] = {1, 0.5f, 2, 0.25f}, wv[C] = {1.5f, -0.5f, 1, 0.75f},
-                       bv[C] = {0, 0.25f, -0.5f, 0};
-    float xv[N * C * S], rv[N * C * S];
-    int64_t xs[3] = {N, C, S}, cs = C;
+static int fz_bn_act_run(gdl_device dev, int mode, gdl_dtype dt, int act, int flat, int fused, unsigned char **buf,
+                         size_t *len) {
+    enum { N = 3, C = 4, S = 21, FC = 12 };
+    static const float m4[C] = {0.5f, -0.25f, 0, 1}, v4[C] = {1, 0.5f, 2, 0.25f}, w4[C] = {1.5f, -0.5f, 1, 0.75f},
+                       b4[C] = {0, 0.25f, -0.5f, 0};
+    float xv[N * C * S], rv[N * C * S], mv[FC], vv[FC], wv[FC], bv[FC];
+    int64_t xs[3] = {N, C, S}, fs[2] = {N * C * S / FC, FC}, cs = flat ? FC : C;
     int training = mode < 2, affine = mode % 2 == 0, k, rc = -1;
     gdl_tensor *x, *x0, *t, *r, *w = NULL, *b = NULL, *rm = NULL, *rvar = NULL, *o = NULL, *ts[7];
     for (k = 0; k < N * C * S; k++) {
@@ -194,10 +209,11 @@ static int fz_bn_relu_run(gdl_device dev, int mode, gdl_dtype dt, int fused, uns
     xv[3] = NAN;                  /* channel 0 (all NaN in training) */
     xv[2 * C * S + S + 4] = -0.0f; /* channel 1 */
     xv[C * S + 3 * S + 7] = INFINITY;
+    for (k = 0; k < FC; k++) mv[k] = m4[k % C], vv[k] = v4[k % C], wv[k] = w4[k % C], bv[k] = b4[k % C];
     *buf = NULL;
     *len = 0;
-    x0 = gdl_from_array(xv, 3, xs, GDL_F32, dev);
-    r = gdl_from_array(rv, 3, xs, GDL_F32, dev);
+    x0 = gdl_from_array(xv, flat ? 2 : 3, flat ? fs : xs, GDL_F32, dev);
+    r = gdl_from_array(rv, flat ? 2 : 3, flat ? fs : xs, GDL_F32, dev);
     if (affine) {
         w = gdl_from_array(wv, 1, &cs, GDL_F32, dev);
         b = gdl_from_array(bv, 1, &cs, GDL_F32, dev);
@@ -212,8 +228,10 @@ static int fz_bn_relu_run(gdl_device dev, int mode, gdl_dtype dt, int fused, uns
     if (b) gdl_set_requires_grad(b, 1);
     x = dt == GDL_F32 ? x0 : gdl_to_dtype(x0, dt);
     t = x ? gdl_mul_scalar(x, 1) : NULL;
-    if (t) o = fused ? gdl_batch_norm_relu(t, rm, rvar, w, b, training, 0.1, 1e-5)
-                     : gdl_relu(gdl_batch_norm(t, rm, rvar, w, b, training, 0.1, 1e-5));
+    if (t && fused) o = act == GDL_ACT_RELU ? gdl_batch_norm_relu(t, rm, rvar, w, b, training, 0.1, 1e-5)
+                                            : gdl_batch_norm_act(t, rm, rvar, w, b, training, 0.1, 1e-5, (gdl_act)act);
+    else if (t) o = act == GDL_ACT_RELU ? gdl_relu(gdl_batch_norm(t, rm, rvar, w, b, training, 0.1, 1e-5))
+                                        : gdl_gelu(gdl_batch_norm(t, rm, rvar, w, b, training, 0.1, 1e-5), 0);
     if (!o || gdl_backward(gdl_sum(gdl_add(gdl_mul(o, dt == GDL_F32 ? r : gdl_to_dtype(r, dt)), o))) < 0) goto done;
     ts[0] = o; ts[1] = t->grad; ts[2] = x0->grad; ts[3] = w ? w->grad : NULL; ts[4] = b ? b->grad : NULL;
     ts[5] = rm;
@@ -227,34 +245,84 @@ done:
     return rc;
 }
 
-/* gdl_batch_norm_relu is bitwise gdl_batch_norm then gdl_relu (NaN where the other has NaN), in every mode,
-   in f32 and bf16 */
-TEST fz_bn_relu_bitwise_case(gdl_device dev) {
-    static const gdl_dtype dts[2] = {GDL_F32, GDL_BF16};
-    int mode, d;
-    for (d = 0; d < 2; d++)
-        for (mode = 0; mode < 4; mode++) {
-            unsigned char *a = NULL, *b = NULL;
-            size_t la = 0, lb = 0, i;
-            int ra = fz_bn_relu_run(dev, mode, dts[d], 1, &a, &la), rb = fz_bn_relu_run(dev, mode, dts[d], 0, &b, &lb);
-            long bad = -1;
-            if (ra < 0 || rb < 0) {
-                free(a);
-                free(b);
-                FAILf("batch norm + ReLU, mode %d, %s: %s", mode, gdl_dtype_name(dts[d]), gdl_last_error());
-            }
-            for (i = 0; la == lb && i + sizeof(float) <= la && bad < 0; i += sizeof(float)) {
-                float u, v;
-                memcpy(&u, a + i, sizeof u);
-                memcpy(&v, b + i, sizeof v);
-                if (memcmp(&u, &v, sizeof u) != 0 && !(u != u && v != v)) bad = (long)(i / sizeof(float));
-            }
-            free(a);
-            free(b);
-            if (la != lb || la == 0 || bad >= 0)
-                FAILf("batch norm + ReLU, mode %d, %s: fused and unfused differ (%zu vs %zu bytes, float %ld)", mode,
-                      gdl_dtype_name(dts[d]), la, lb, bad);
+/* gdl_batch_norm_relu is bitwise gdl_batch_norm then gdl_relu (in f32 and bf16), gdl_batch_norm_act with
+   GDL_ACT_GELU gdl_batch_norm then gdl_gelu (in f32: in bf16 the fused GELU takes the f32 value, before the
+   rounding), NaN where the other has NaN, in every mode, [N, C, L] and [N, C] */
+static int fz_bn_act_compare(gdl_device dev, int mode, gdl_dtype dt, int act, int flat, char *why, size_t whylen) {
+    unsigned char *a = NULL, *b = NULL;
+    size_t la = 0, lb = 0, i;
+    int ra = fz_bn_act_run(dev, mode, dt, act, flat, 1, &a, &la), rb = fz_bn_act_run(dev, mode, dt, act, flat, 0, &b, &lb);
+    long bad = -1;
+    if (ra < 0 || rb < 0) {
+        snprintf(why, whylen, "%s", gdl_last_error());
+    } else {
+        for (i = 0; la == lb && i + sizeof(float) <= la && bad < 0; i += sizeof(float)) {
+            float u, v;
+            memcpy(&u, a + i, sizeof u);
+            memcpy(&v, b + i, sizeof v);
+            if (memcmp(&u, &v, sizeof u) != 0 && !(u != u && v != v)) bad = (long)(i / sizeof(float));
         }
+        if (la != lb || la == 0 || bad >= 0)
+            snprintf(why, whylen, "fused and unfused differ (%zu vs %zu bytes, float %ld)", la, lb, bad);
+    }
+    free(a);
+    free(b);
+    return ra < 0 || rb < 0 || la != lb || la == 0 || bad >= 0 ? -1 : 0;
+}
+TEST fz_bn_act_bitwise_case(gdl_device dev) {
+    static const gdl_dtype dts[2] = {GDL_F32, GDL_BF16};
+    static const int acts[2] = {GDL_ACT_RELU, GDL_ACT_GELU};
+    char why[160];
+    int mode, d, k, flat;
+    for (k = 0; k < 2; k++)
+        for (flat = 0; flat < 2; flat++)
+            for (d = 0; d < (acts[k] == GDL_ACT_RELU ? 2 : 1); d++)
+                for (mode = 0; mode < 4; mode++)
+                    if (fz_bn_act_compare(dev, mode, dts[d], acts[k], flat, why, sizeof why) < 0)
+                        FAILf("batch norm + %s, mode %d, %s, %s: %s", k ? "GELU" : "ReLU", mode,
+                              gdl_dtype_name(dts[d]), flat ? "[N, C]" : "[N, C, L]", why);
+    PASS();
+}
+
+/* Batch norm + GELU with long channels (2 x 70001 values each: the CPU's GELU per row rather than over a
+   group of channels' spans, gdl__bn_gelu_group) bitwise the two ops: the output, x's, weight's and bias's
+   gradients, training and eval */
+TEST fz_bn_gelu_long_case(gdl_device dev) {
+    int64_t xs[3] = {2, 3, 70001}, cs = 3;
+    int training, fused, rc;
+    for (training = 0; training < 2; training++) {
+        unsigned char *buf[2] = {NULL, NULL};
+        size_t len[2] = {0, 0};
+        for (fused = 0; fused < 2; fused++) {
+            gdl_tensor *x, *w, *b, *rm, *rv, *y = NULL, *g;
+            gdl_manual_seed(21);
+            x = gdl_randn(3, xs, dev), w = gdl_randn(1, &cs, dev), b = gdl_randn(1, &cs, dev);
+            rm = gdl_randn(1, &cs, dev), rv = gdl_ones(1, &cs, GDL_F32, dev);
+            g = gdl_randn(3, xs, dev);
+            rc = x && w && b && rm && rv && g ? 0 : -1;
+            if (rc == 0) {
+                gdl_set_requires_grad(x, 1), gdl_set_requires_grad(w, 1), gdl_set_requires_grad(b, 1);
+                y = fused ? gdl_batch_norm_act(x, rm, rv, w, b, training, 0.1, 1e-5, GDL_ACT_GELU)
+                          : gdl_gelu(gdl_batch_norm(x, rm, rv, w, b, training, 0.1, 1e-5), 0);
+                rc = y && gdl_backward_grad(y, g) == 0 && fz_append(&buf[fused], &len[fused], y) == 0 &&
+                             fz_append(&buf[fused], &len[fused], x->grad) == 0 &&
+                             fz_append(&buf[fused], &len[fused], w->grad) == 0 &&
+                             fz_append(&buf[fused], &len[fused], b->grad) == 0
+                         ? 0
+                         : -1;
+            }
+            gdl_arena_reset();
+            gdl_free(x), gdl_free(w), gdl_free(b), gdl_free(rm), gdl_free(rv), gdl_free(g);
+            if (rc < 0) {
+                free(buf[0]), free(buf[1]);
+                FAILf("batch norm + GELU, 2 x 3 x 70001: %s", gdl_last_error());
+            }
+        }
+        rc = len[0] == len[1] && len[0] > 0 ? fz_first_diff(buf[0], buf[1], len[0]) : -2;
+        free(buf[0]), free(buf[1]);
+        if (rc != -1)
+            FAILf("batch norm + GELU, 2 x 3 x 70001, training %d: fused and unfused differ at byte %d", training, rc);
+    }
     PASS();
 }
 
@@ -288,12 +356,14 @@ TEST fz_when_fused_case(gdl_device dev) {
     ASSERT_EQ(GDL_OP_CONV2D_ACT, fz_pair_op(dev, gdl_nn_relu(), 1));
     ASSERT_EQ(GDL_OP_GELU_TANH, fz_pair_op(dev, gdl_nn_gelu(1), 1)); /* only ReLU after a Conv2d */
     ASSERT_EQ(GDL_OP_BATCH_NORM_RELU, fz_pair_op(dev, gdl_nn_relu(), 2));
-    ASSERT_EQ(GDL_OP_GELU, fz_pair_op(dev, gdl_nn_gelu(0), 2)); /* and after a BatchNorm */
+    ASSERT_EQ(GDL_OP_BATCH_NORM_GELU, fz_pair_op(dev, gdl_nn_gelu(0), 2)); /* erf GELU after a BatchNorm */
+    ASSERT_EQ(GDL_OP_GELU_TANH, fz_pair_op(dev, gdl_nn_gelu(1), 2));      /* not the tanh form */
     ASSERT_EQ(GDL_OP_TANH, fz_pair_op(dev, gdl_nn_tanh(), 0));
     /* anomaly mode checks the intermediate: not fused */
     gdl_set_anomaly_mode(1);
     ASSERT_EQ(GDL_OP_RELU, fz_pair_op(dev, gdl_nn_relu(), 0));
     ASSERT_EQ(GDL_OP_RELU, fz_pair_op(dev, gdl_nn_relu(), 2));
+    ASSERT_EQ(GDL_OP_GELU, fz_pair_op(dev, gdl_nn_gelu(0), 2));
     gdl_set_anomaly_mode(0);
     /* autocast: the unfused ops' dtypes */
     {
@@ -306,11 +376,16 @@ TEST fz_when_fused_case(gdl_device dev) {
         op = fz_pair_op(dev, gdl_nn_relu(), 2);
         ASSERT_EQ(0, gdl_autocast_end());
         ASSERT(op >= 0 && op != GDL_OP_BATCH_NORM_RELU);
+        ASSERT_EQ(0, gdl_autocast_begin(GDL_BF16));
+        op = fz_pair_op(dev, gdl_nn_gelu(0), 2);
+        ASSERT_EQ(0, gdl_autocast_end());
+        ASSERT(op >= 0 && op != GDL_OP_BATCH_NORM_GELU);
     }
     ASSERT_EQ(1, gdl_nn_set_fusion(0));
     ASSERT_EQ(GDL_OP_RELU, fz_pair_op(dev, gdl_nn_relu(), 0));
     ASSERT_EQ(GDL_OP_RELU, fz_pair_op(dev, gdl_nn_relu(), 1));
     ASSERT_EQ(GDL_OP_RELU, fz_pair_op(dev, gdl_nn_relu(), 2));
+    ASSERT_EQ(GDL_OP_GELU, fz_pair_op(dev, gdl_nn_gelu(0), 2));
     ASSERT_EQ(0, gdl_nn_set_fusion(prev));
     PASS();
 }
@@ -349,6 +424,17 @@ TEST fz_errors_case(gdl_device dev) {
     ASSERT_CONTAINS(gdl_last_error(), "gdl_batch_norm_relu: weight [5] should have 3 elements to match input [2,3,5,4]");
     ASSERT(gdl_batch_norm_relu(xi, NULL, NULL, NULL, NULL, 1, 0.1, 1e-5) == NULL);
     ASSERT_CONTAINS(gdl_last_error(), "gdl_batch_norm_relu");
+    ASSERT_CONTAINS(gdl_last_error(), "i32");
+    ASSERT(gdl_batch_norm_act(xc, NULL, NULL, NULL, NULL, 1, 0.1, 1e-5, GDL_ACT_GELU_TANH) == NULL);
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_batch_norm_act: activation 2 is not fused after batch norm");
+    ASSERT(gdl_batch_norm_act(xc, NULL, NULL, NULL, NULL, 1, 0.1, 1e-5, (gdl_act)9) == NULL);
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_batch_norm_act: activation 9");
+    ASSERT(gdl_batch_norm_act(b, NULL, NULL, NULL, NULL, 1, 0.1, 1e-5, GDL_ACT_GELU) == NULL);
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_batch_norm_act: expected input [N,C], [N,C,L] or [N,C,H,W], got [5]");
+    ASSERT(gdl_batch_norm_act(xc, NULL, NULL, b, NULL, 1, 0.1, 1e-5, GDL_ACT_GELU) == NULL);
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_batch_norm_act: weight [5] should have 3 elements to match input [2,3,5,4]");
+    ASSERT(gdl_batch_norm_act(xi, NULL, NULL, NULL, NULL, 1, 0.1, 1e-5, GDL_ACT_GELU) == NULL);
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_batch_norm_act");
     ASSERT_CONTAINS(gdl_last_error(), "i32");
     /* the inputs are untouched and still usable */
     y = gdl_linear_act(x, w, b, GDL_ACT_RELU);

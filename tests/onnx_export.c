@@ -272,6 +272,14 @@ static gdl_module *act_mix_net(void) {
                                                  gdl_nn_linear(16, 16, 1), gdl_nn_gelu(1), gdl_nn_linear(16, 3, 1)});
 }
 
+/* batch norm fused with the erf GELU after it (gdl_batch_norm_act: BatchNormalization then Gelu, or erf's
+   form before opset 20), after a conv and after the global pooling */
+static gdl_module *bn_gelu_net(void) {
+    return gdl_nn_sequential(8, (gdl_module *[]){gdl_nn_conv2d(3, 8, 3, 1, 1, 1, 1, 0), gdl_nn_batchnorm2d(8),
+                                                 gdl_nn_gelu(0), gdl_nn_global_avgpool2d(), gdl_nn_flatten(1),
+                                                 gdl_nn_batchnorm1d(8), gdl_nn_gelu(0), gdl_nn_linear(8, 3, 1)});
+}
+
 /* the batch the dynamic-batch exports trace at: one no other dim of the nets has (an RNN's zero state
    [layers, B, H] has to say which dim is the batch) */
 enum { TRACE_BATCH = 5 };
@@ -296,6 +304,8 @@ static const net_case cases[] = {
     {"resnet10", NULL, "resnet10", 4, {1, 28, 28}, 0, 18, 1, 1, 0},
     {"act_mix", act_mix_net, NULL, 2, {12}, 0, 17, 1, 0, 0},
     {"act_mix_opset20", act_mix_net, NULL, 2, {12}, 0, 20, 1, 0, 0},
+    {"bn_gelu", bn_gelu_net, NULL, 4, {3, 9, 7}, 0, 18, 1, 0, 0},
+    {"bn_gelu_opset20", bn_gelu_net, NULL, 4, {3, 9, 7}, 0, 20, 1, 0, 0},
     {"custom_conv", custom_conv_net, NULL, 4, {4, 12, 12}, 0, 18, 1, 0, 0},
     {"custom_conv_opset20", custom_conv_net, NULL, 4, {4, 12, 12}, 0, 20, 1, 0, 0},
     {"custom_conv_static", custom_conv_net, NULL, 4, {4, 12, 12}, 0, 18, 0, 0, 0},

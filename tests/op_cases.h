@@ -109,6 +109,15 @@ static gdl_tensor *f_bn_plain(gdl_tensor **x) { return gdl_batch_norm(x[0], NULL
 static gdl_tensor *f_bnr_train(gdl_tensor **x) { return gdl_batch_norm_relu(x[0], x[3], x[4], x[1], x[2], 1, 0.1, 1e-5); }
 static gdl_tensor *f_bnr_eval(gdl_tensor **x) { return gdl_batch_norm_relu(x[0], x[3], x[4], x[1], x[2], 0, 0.1, 1e-5); }
 static gdl_tensor *f_bnr_plain(gdl_tensor **x) { return gdl_batch_norm_relu(x[0], NULL, NULL, NULL, NULL, 1, 0.1, 1e-5); }
+static gdl_tensor *f_bng_train(gdl_tensor **x) {
+    return gdl_batch_norm_act(x[0], x[3], x[4], x[1], x[2], 1, 0.1, 1e-5, GDL_ACT_GELU);
+}
+static gdl_tensor *f_bng_eval(gdl_tensor **x) {
+    return gdl_batch_norm_act(x[0], x[3], x[4], x[1], x[2], 0, 0.1, 1e-5, GDL_ACT_GELU);
+}
+static gdl_tensor *f_bng_plain(gdl_tensor **x) {
+    return gdl_batch_norm_act(x[0], NULL, NULL, NULL, NULL, 1, 0.1, 1e-5, GDL_ACT_GELU);
+}
 static gdl_tensor *f_ln(gdl_tensor **x) { return gdl_layer_norm(x[0], x[1], x[2], 1e-5); }
 static gdl_tensor *f_ln_plain(gdl_tensor **x) { return gdl_layer_norm(x[0], NULL, NULL, 1e-5); }
 static gdl_tensor *f_embedding(gdl_tensor **x) { return gdl_embedding(x[0], x[1]); }
@@ -380,6 +389,14 @@ static const gc_case cases[] = {
     {"batch_norm_relu_eval", GDL_OP_BATCH_NORM_RELU, f_bnr_eval, 5,
      {{R3(3, 2, 9), IN_RANDN, 0}, {R1(2), IN_RANDN, 0}, {R1(2), IN_RANDN, 0}, {R1(2), IN_CONST, 0}, {R1(2), IN_CONST_POS, 0}}},
     {"batch_norm_relu_no_affine", GDL_OP_BATCH_NORM_RELU, f_bnr_plain, 1, {{R3(4, 3, 2), IN_RANDN, 0}}},
+    /* the fused GELU (erf): the same shapes; 1-D with 11 channels (a block of 8 and a tail of 3) */
+    {"batch_norm_gelu_2d_train", GDL_OP_BATCH_NORM_GELU, f_bng_train, 5,
+     {{R4(2, 3, 3, 7), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_CONST, 0}, {R1(3), IN_CONST_POS, 0}}},
+    {"batch_norm_gelu_1d_train", GDL_OP_BATCH_NORM_GELU, f_bng_train, 5,
+     {{R2(5, 11), IN_RANDN, 0}, {R1(11), IN_RANDN, 0}, {R1(11), IN_RANDN, 0}, {R1(11), IN_CONST, 0}, {R1(11), IN_CONST_POS, 0}}},
+    {"batch_norm_gelu_eval", GDL_OP_BATCH_NORM_GELU, f_bng_eval, 5,
+     {{R3(3, 2, 9), IN_RANDN, 0}, {R1(2), IN_RANDN, 0}, {R1(2), IN_RANDN, 0}, {R1(2), IN_CONST, 0}, {R1(2), IN_CONST_POS, 0}}},
+    {"batch_norm_gelu_no_affine", GDL_OP_BATCH_NORM_GELU, f_bng_plain, 1, {{R3(4, 3, 2), IN_RANDN, 0}}},
     {"layer_norm", GDL_OP_LAYER_NORM, f_ln, 3, {{R2(3, 5), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}}},
     {"layer_norm_no_affine", GDL_OP_LAYER_NORM, f_ln_plain, 1, {{R3(2, 2, 17), IN_RANDN, 0}}},
     {"embedding", GDL_OP_EMBEDDING, f_embedding, 2, {{R2(2, 3), IN_TARGET, 7}, {R2(7, 4), IN_RANDN, 0}}},

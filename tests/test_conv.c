@@ -436,9 +436,9 @@ TEST lowp_backwards_set_when_not_accumulating(void) {
             ASSERT(k->maxpool_backward(GDL_BF16, &g, gy, idx, set, 0) == 0);
             ASSERT(k->maxpool_backward(GDL_BF16, &g, gy, idx, added, 1) == 0);
         } else { /* [2, 3, 8] */
-            ASSERT(k->batchnorm(GDL_BF16, 2, 3, 8, x, NULL, NULL, y, mean, invstd, NULL, NULL, 1, 0.1, 1e-5, 0) == 0);
-            ASSERT(k->batchnorm_backward(GDL_BF16, 2, 3, 8, x, gy, NULL, NULL, mean, invstd, 1, set, NULL, NULL, 0) == 0);
-            ASSERT(k->batchnorm_backward(GDL_BF16, 2, 3, 8, x, gy, NULL, NULL, mean, invstd, 1, added, NULL, NULL, 1) ==
+            ASSERT(k->batchnorm(GDL_BF16, 2, 3, 8, x, NULL, NULL, y, mean, invstd, NULL, NULL, 1, 0.1, 1e-5, 0, NULL) == 0);
+            ASSERT(k->batchnorm_backward(GDL_BF16, 2, 3, 8, x, gy, NULL, NULL, mean, invstd, 1, set, NULL, NULL, 0, 0) == 0);
+            ASSERT(k->batchnorm_backward(GDL_BF16, 2, 3, 8, x, gy, NULL, NULL, mean, invstd, 1, added, NULL, NULL, 1, 0) ==
                    0);
         }
         for (i = 0; i < n; i++)

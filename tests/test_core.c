@@ -775,7 +775,7 @@ TEST test_unset_grads_unary_and_batchnorm(void) {
    second, adding, as first_bn); *out holds y, x's gradient, the weight's and the bias's
    gradients and the running statistics after the step (host memory the caller frees). 0 / -1. */
 static int bn_cols_run(const float *xv, const float *wv, const float *gv, const float *bv, const float *rmv,
-                       const float *rvv, int64_t N, int64_t C, int64_t c, int training, int relu, int first_bn,
+                       const float *rvv, int64_t N, int64_t C, int64_t c, int training, int act, int first_bn,
                        float **out) {
     const int64_t W = c >= 0 ? 1 : C, s[2] = {N, W}, big = 4096;
     float *xs = (float *)malloc(sizeof(float) * (size_t)(2 * N * W + 4 * W)), *ws = xs + N * W, *ps = ws + N * W;
@@ -798,7 +798,7 @@ static int bn_cols_run(const float *xv, const float *wv, const float *gv, const 
     gdl_set_requires_grad(x, 1), gdl_set_requires_grad(g, 1), gdl_set_requires_grad(b, 1);
     h = gdl_mul_scalar(x, 1);
     if (first_bn) hw = gdl_sum(gdl_mul(h, w)); /* earlier on the tape: its backward runs second */
-    y = relu ? gdl_batch_norm_relu(h, rm, rv, g, b, training, 0.1, 1e-5) : gdl_batch_norm(h, rm, rv, g, b, training, 0.1, 1e-5);
+    y = gdl_batch_norm_act(h, rm, rv, g, b, training, 0.1, 1e-5, (gdl_act)act);
     if (!first_bn) hw = gdl_sum(gdl_mul(h, w));
     loss = y ? gdl_add(gdl_sum(gdl_mul(y, w)), hw) : NULL;
     if (!loss || gdl_backward(loss) < 0) return -1;
@@ -818,13 +818,15 @@ static int bn_cols_run(const float *xv, const float *wv, const float *gv, const 
    in a scalar loop, each channel with the expressions of a channel alone: every column of [N, 19] (two
    blocks of 8 and a tail of 3) bit for bit the column run as [N, 1] (the scalar loop), forward (y, the
    running statistics) and backward (x, weight and bias gradients; batch norm's backward the first or the
-   second to reach x's intermediate), training and eval, with and without the fused ReLU (its mask on the
-   negative outputs). Both sides are new code: that the block gives the bits of the S > 1 loop it replaces
-   for S 1 was checked once, by a hash of every bit of 312 cases (2026-12-01, 12fcd9c) */
+   second to reach x's intermediate), training and eval, with no activation, the fused ReLU (its mask on the
+   negative outputs) and the fused GELU (its input kept apart). Both sides are new code: that the block
+   gives the bits of the S > 1 loop it replaces for S 1 was checked once, by a hash of every bit of 312
+   cases (2026-12-01, 12fcd9c) */
 TEST test_batch_norm_1d_columns_bitwise(void) {
     enum { N = 6, C = 19 };
     float xv[N * C], wv[N * C], gv[C], bv[C], rmv[C], rvv[C], *whole = NULL, *col = NULL;
-    int i, training, relu, first, c;
+    static const int acts[3] = {GDL_ACT_NONE, GDL_ACT_RELU, GDL_ACT_GELU};
+    int i, training, act, first, c;
     for (i = 0; i < N * C; i++) {
         xv[i] = (float)((i * 37 % 23) - 11) / 7.0f;
         wv[i] = (float)((i * 11 % 17) - 8) / 5.0f;
@@ -834,21 +836,21 @@ TEST test_batch_norm_1d_columns_bitwise(void) {
         gv[i] = 0.5f + (float)(i % 5) / 4, bv[i] = (float)(i % 3) - 1;
         rmv[i] = (float)(i % 4) / 8, rvv[i] = 0.5f + (float)(i % 7) / 7;
     }
-    for (i = 0; i < 8; i++) {
-        training = i & 1, relu = i >> 1 & 1, first = i >> 2;
-        ASSERT_EQ(0, bn_cols_run(xv, wv, gv, bv, rmv, rvv, N, C, -1, training, relu, first, &whole));
+    for (i = 0; i < 12; i++) {
+        training = i & 1, act = acts[i / 2 % 3], first = i / 6;
+        ASSERT_EQ(0, bn_cols_run(xv, wv, gv, bv, rmv, rvv, N, C, -1, training, act, first, &whole));
         for (c = 0; c < C; c++) {
             /* where y, x's gradient, the weight's and bias's gradients, the running mean and variance start */
             const int64_t in_whole[6] = {0, N * C, 2 * N * C, 2 * N * C + C, 2 * N * C + 2 * C, 2 * N * C + 3 * C};
             const int64_t alone[6] = {0, N, 2 * N, 2 * N + 1, 2 * N + 2, 2 * N + 3};
             int j, n;
-            ASSERT_EQ(0, bn_cols_run(xv, wv, gv, bv, rmv, rvv, N, C, c, training, relu, first, &col));
+            ASSERT_EQ(0, bn_cols_run(xv, wv, gv, bv, rmv, rvv, N, C, c, training, act, first, &col));
             for (j = 0; j < 6; j++)
                 for (n = 0; n < (j < 2 ? N : 1); n++) {
                     const float a = whole[in_whole[j] + (j < 2 ? n * C : 0) + c], e = col[alone[j] + n];
                     if (memcmp(&a, &e, sizeof a))
-                        FAILf("training %d relu %d batch norm first %d column %d part %d row %d: %a, alone %a",
-                              training, relu, first, c, j, n, a, e);
+                        FAILf("training %d act %d batch norm first %d column %d part %d row %d: %a, alone %a",
+                              training, act, first, c, j, n, a, e);
                 }
             free(col), col = NULL;
         }

@@ -229,6 +229,8 @@ static const gc_case gpu_cases[] = {
      {{R2(300, 5), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}, {R1(5), IN_CONST, 0}, {R1(5), IN_CONST_POS, 0}}},
     {"batch_norm_relu_2d_big", GDL_OP_BATCH_NORM_RELU, f_bnr_train, 5,
      {{R4(4, 3, 10, 10), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_CONST, 0}, {R1(3), IN_CONST_POS, 0}}},
+    {"batch_norm_gelu_2d_big", GDL_OP_BATCH_NORM_GELU, f_bng_train, 5,
+     {{R4(4, 3, 10, 10), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_CONST, 0}, {R1(3), IN_CONST_POS, 0}}},
     {"batch_norm_eval_big", GDL_OP_BATCH_NORM, f_bn_eval, 5,
      {{R3(30, 2, 13), IN_RANDN, 0}, {R1(2), IN_RANDN, 0}, {R1(2), IN_RANDN, 0}, {R1(2), IN_CONST, 0}, {R1(2), IN_CONST_POS, 0}}},
     {"layer_norm_D1", GDL_OP_LAYER_NORM, f_ln, 3, {{R2(3, 1), IN_RANDN, 0}, {R1(1), IN_RANDN, 0}, {R1(1), IN_RANDN, 0}}},
@@ -2591,7 +2593,8 @@ SUITE(graphs) {
     RUN_GPU_ON("fusion_train_bitwise", fz_train_bitwise_case);
     RUN_GPU_ON("fusion_when", fz_when_fused_case);
     RUN_GPU_ON("fusion_errors", fz_errors_case);
-    RUN_GPU_ON("fusion_bn_relu_bitwise", fz_bn_relu_bitwise_case);
+    RUN_GPU_ON("fusion_bn_act_bitwise", fz_bn_act_bitwise_case);
+    RUN_GPU_ON("fusion_bn_gelu_long", fz_bn_gelu_long_case);
     RUN_GPU(fusion_launch_counts);
     RUN_GPU(maxpool_unset_grad);
     RUN_GPU(fusion_lt_fallbacks);

@@ -1744,7 +1744,8 @@ TEST test_module_cycle_refused(void) {
 TEST test_fusion_train_bitwise(void) { return fz_train_bitwise_case(gdl_cpu()); }
 TEST test_fusion_when(void) { return fz_when_fused_case(gdl_cpu()); }
 TEST test_fusion_errors(void) { return fz_errors_case(gdl_cpu()); }
-TEST test_fusion_bn_relu_bitwise(void) { return fz_bn_relu_bitwise_case(gdl_cpu()); }
+TEST test_fusion_bn_act_bitwise(void) { return fz_bn_act_bitwise_case(gdl_cpu()); }
+TEST test_fusion_bn_gelu_long(void) { return fz_bn_gelu_long_case(gdl_cpu()); }
 
 /* nn.MultiheadAttention against PyTorch 2.15 (float64; E 6, 2 heads, batch_first, N 2, L 3, S 4, the
    tensors holding sin(a i + b), a key padding mask and an [L, S] bool mask, True = left out): the
@@ -2235,7 +2236,8 @@ SUITE(modules) {
     RUN_TEST(test_fusion_train_bitwise);
     RUN_TEST(test_fusion_when);
     RUN_TEST(test_fusion_errors);
-    RUN_TEST(test_fusion_bn_relu_bitwise);
+    RUN_TEST(test_fusion_bn_act_bitwise);
+    RUN_TEST(test_fusion_bn_gelu_long);
     RUN_TEST(test_multihead_attention_pytorch);
     RUN_TEST(test_mha_opts);
 }

@@ -163,17 +163,31 @@ static void run_kernels(float *out) {
         float *mean = o + 2 * KN, *inv = mean + 16, *rm = inv + 16, *rv = rm + 16, *gg = rv + 16, *gb = gg + 16;
         int c;
         for (c = 0; c < 16; c++) rv[c] = 1;
-        gdl__cpu_batchnorm(GDL_F32, 64, 16, 64, x, w, y, o, mean, inv, rm, rv, 1, 0.1, 1e-5, 0);
-        gdl__cpu_batchnorm_backward(GDL_F32, 64, 16, 64, x, y, NULL, w, mean, inv, 1, o + KN, gg, gb, 1);
+        gdl__cpu_batchnorm(GDL_F32, 64, 16, 64, x, w, y, o, mean, inv, rm, rv, 1, 0.1, 1e-5, 0, NULL);
+        gdl__cpu_batchnorm_backward(GDL_F32, 64, 16, 64, x, y, NULL, w, mean, inv, 1, o + KN, gg, gb, 1, 0);
         o += 2 * KN + 6 * 16;
     }
     { /* the same with a fused ReLU (its output the backward's mask) */
         float *mean = o + 2 * KN, *inv = mean + 16, *rm = inv + 16, *rv = rm + 16, *gg = rv + 16, *gb = gg + 16;
         int c;
         for (c = 0; c < 16; c++) rv[c] = 1;
-        gdl__cpu_batchnorm(GDL_F32, 64, 16, 64, x, w, y, o, mean, inv, rm, rv, 1, 0.1, 1e-5, 1);
-        gdl__cpu_batchnorm_backward(GDL_F32, 64, 16, 64, x, y, o, w, mean, inv, 1, o + KN, gg, gb, 0);
+        gdl__cpu_batchnorm(GDL_F32, 64, 16, 64, x, w, y, o, mean, inv, rm, rv, 1, 0.1, 1e-5, 1, NULL);
+        gdl__cpu_batchnorm_backward(GDL_F32, 64, 16, 64, x, y, o, w, mean, inv, 1, o + KN, gg, gb, 0, 1);
         o += 2 * KN + 6 * 16;
+    }
+    { /* with a fused GELU (its input kept in pre), [64, 16, 8 x 8] and [700, 20] (blocks of 8 channels) */
+        static const int64_t shape[2][3] = {{64, 16, 64}, {700, 20, 1}};
+        int k;
+        for (k = 0; k < 2; k++) {
+            const int64_t N = shape[k][0], C = shape[k][1], S = shape[k][2], n = N * C * S;
+            float *pre = o + 2 * n, *mean = pre + n, *inv = mean + C, *rm = inv + C, *rv = rm + C, *gg = rv + C,
+                  *gb = gg + C;
+            int64_t c;
+            for (c = 0; c < C; c++) rv[c] = 1;
+            gdl__cpu_batchnorm(GDL_F32, N, C, S, x, w, y, o, mean, inv, rm, rv, 1, 0.1, 1e-5, GDL_ACT_GELU, pre);
+            gdl__cpu_batchnorm_backward(GDL_F32, N, C, S, x, y, pre, w, mean, inv, 1, o + n, gg, gb, 0, GDL_ACT_GELU);
+            o += 3 * n + 6 * C;
+        }
     }
     gdl__cpu_layernorm(700, 100, x, w, y, 1e-5, o, o + KN, o + KN + 700);
     o += KN + 1400;

@@ -286,18 +286,21 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
        f32 arithmetic, y and gx rounded once). Training: batch stats (biased var) -> mean, invstd (saved), \
        running stats updated with unbiased var when run_mean != NULL. \
        Eval: mean/invstd are computed from running stats into mean/invstd. \
-       gamma/beta may be NULL (1 and 0). relu: y = relu(y) in the same pass (gdl_batch_norm_relu; the \
-       normalised value rounded to y's dtype first, then x > 0 ? x : 0, as the two ops). */ \
+       gamma/beta may be NULL (1 and 0). act (a gdl_act) GDL_ACT_RELU: y = relu(y) in the same pass \
+       (gdl_batch_norm_relu; the normalised value rounded to y's dtype first, then x > 0 ? x : 0, as the \
+       two ops); GDL_ACT_GELU (the CPU, f32 only): the normalised value into pre (kept for the backward), \
+       y = GELU(pre) by gdl_gelu's arithmetic; pre is NULL otherwise. */ \
     X(int, batchnorm, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma, \
         const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean, gdl_real *run_var, \
-        int training, double momentum, double eps, int relu)) \
+        int training, double momentum, double eps, int act, gdl_real *pre)) \
     /* gx/ggamma/gbeta may be NULL; ggamma and gbeta +=, gx too when accumulate (0: gx was unset, its old \
-       contents are not read). training selects the batch-stats formula. y: a fused ReLU's output, whose \
-       backward comes first (gy taken as 0 + (y > 0 ? gy : 0), ReLU's backward into an unset gradient); \
-       NULL: none */ \
+       contents are not read). training selects the batch-stats formula. act GDL_ACT_RELU: y is the fused \
+       ReLU's output, whose backward comes first (gy taken as 0 + (y > 0 ? gy : 0), ReLU's backward into an \
+       unset gradient); GDL_ACT_GELU: y is the forward's pre, gy taken as 0 + gy GELU'(y), gdl_gelu's \
+       backward into an unset gradient; GDL_ACT_NONE: y NULL */ \
     X(int, batchnorm_backward, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy, \
         const void *y, const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd, int training, void *gx, \
-        gdl_real *ggamma, gdl_real *gbeta, int accumulate)) \
+        gdl_real *ggamma, gdl_real *gbeta, int accumulate, int act)) \
     /* rows of D; mean/rstd saved per row */ \
     X(int, layernorm, (int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gamma, \
         const gdl_real *beta, double eps, gdl_real *y, gdl_real *mean, gdl_real *rstd)) \

@@ -86,6 +86,7 @@ GPUDL_API void gdl_thread_cleanup(void);
     X(SDPA, "scaled_dot_product_attention", gdl__bw_sdpa, 0, GDL_AUTOCAST_LOW) \
     X(BATCH_NORM, "batch_norm", gdl__bw_batch_norm, 0, GDL_AUTOCAST_PROMOTE) \
     X(BATCH_NORM_RELU, "batch_norm_relu", gdl__bw_batch_norm, 0, GDL_AUTOCAST_PROMOTE) \
+    X(BATCH_NORM_GELU, "batch_norm_gelu", gdl__bw_batch_norm, 0, GDL_AUTOCAST_PROMOTE) \
     X(LAYER_NORM, "layer_norm", gdl__bw_layer_norm, 0, GDL_AUTOCAST_F32) \
     X(EMBEDDING, "embedding", gdl__bw_embedding, 0, GDL_AUTOCAST_PROMOTE) \
     X(CROSS_ENTROPY, "cross_entropy", gdl__bw_xent, 0, GDL_AUTOCAST_F32) \

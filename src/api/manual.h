@@ -374,7 +374,8 @@
    autocast run the f32 op on f32 copies (the GDL__LOWP hook).
    gdl_nn_sequential uses them without code changes: a Linear followed by
    ReLU or GELU, a Conv2d followed by ReLU, and a BatchNorm followed by ReLU
-   (gdl_batch_norm_relu; a BasicBlock's bn1 too) run fused, except under
+   (gdl_batch_norm_relu; a BasicBlock's bn1 too) or erf GELU
+   (gdl_batch_norm_act) run fused, except under
    anomaly mode, while gdl_module_summary records, under autocast or with
    non-f32 tensors. gdl_nn_set_fusion(0), or GPUDL_NO_FUSION=1 in the
    environment, turns it off (the per-op profiler then lists linear and

@@ -195,8 +195,9 @@ GPUDL_API gdl_module *gdl_nn_sequential(int n, gdl_module *const *mods);
 /* Appends m to a Sequential as child "<count>"; takes ownership of m (freed on failure unless it has a parent). 0 / -1. */
 GPUDL_API int gdl_nn_sequential_add(gdl_module *seq, gdl_module *m);
 /* Fusion in Sequential's forward: a Linear followed by ReLU or GELU (either
-   form), a Conv2d followed by ReLU, or a BatchNorm followed by ReLU, runs as
-   one gdl_linear_act / gdl_conv2d_act / gdl_batch_norm_relu op (a
+   form), a Conv2d followed by ReLU, or a BatchNorm followed by ReLU or erf
+   GELU, runs as one gdl_linear_act / gdl_conv2d_act / gdl_batch_norm_relu /
+   gdl_batch_norm_act op (a
    BasicBlock's bn1 and its ReLU too; fewer kernel launches and memory passes; the same
    outputs and gradients bit for bit in f32 on the CPU). Not fused: under
    anomaly mode, during gdl_module_summary, under autocast or with non-f32

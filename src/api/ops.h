@@ -197,6 +197,16 @@ GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *running_mean, gd
 GPUDL_API gdl_tensor *gdl_batch_norm_relu(gdl_tensor *x, gdl_tensor *running_mean, gdl_tensor *running_var,
                                           gdl_tensor *weight, gdl_tensor *bias, int training, double momentum,
                                           double eps);
+/* act(batch_norm(...)) as one op, act GDL_ACT_NONE (gdl_batch_norm), GDL_ACT_RELU (gdl_batch_norm_relu)
+   or GDL_ACT_GELU (erf GELU, gdl_gelu(y, 0)); another act is an error. The GELU runs in the
+   normalisation's pass and its derivative in the batch norm's backward passes; the op keeps GELU's input
+   (f32, one value per element of x, as gdl_gelu keeps its input). In f32 bitwise gdl_batch_norm then
+   gdl_gelu (the CPU and the GPU, each against its own two ops). bf16 / f16 x: as gdl_batch_norm_relu, the
+   f32 value goes through the GELU before the one rounding (the two ops round twice). gdl_nn_sequential
+   runs a BatchNorm followed by an erf GELU with it. */
+GPUDL_API gdl_tensor *gdl_batch_norm_act(gdl_tensor *x, gdl_tensor *running_mean, gdl_tensor *running_var,
+                                         gdl_tensor *weight, gdl_tensor *bias, int training, double momentum,
+                                         double eps, gdl_act act);
 /* normalises over the last dim (size D = weight's numel when given) */
 GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tensor *bias, double eps);
 GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *indices, gdl_tensor *weight); /* i32 [...] -> [...,D] */

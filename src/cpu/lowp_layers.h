@@ -132,20 +132,21 @@ static int gdl__cpu_avgpool_backward(gdl_dtype dt, const gdl_conv_geom *g, const
 }
 static int gdl__cpu_batchnorm(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma,
                               const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean,
-                              gdl_real *run_var, int training, double momentum, double eps, int relu) {
+                              gdl_real *run_var, int training, double momentum, double eps, int act, gdl_real *pre) {
     const void *src[2];
     int64_t n[2];
     gdl_real *b[2], *f;
     int rc;
     if (dt == GDL_F32)
         return gdl__cpu_batchnorm_f32(N, C, S, (const gdl_real *)x, gamma, beta, (gdl_real *)y, mean, invstd, run_mean,
-                                      run_var, training, momentum, eps, relu);
+                                      run_var, training, momentum, eps, act, pre);
     if (gdl__cpu_lp_check("batchnorm", dt) < 0) return -1;
     src[0] = x; n[0] = N * C * S; src[1] = NULL; n[1] = N * C * S;
     if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
-    /* relu on the f32 value, then rounded: the same as rounded, then relu (rounding keeps the sign) */
+    /* relu on the f32 value, then rounded: the same as rounded, then relu (rounding keeps the sign); GELU on
+       the f32 value (kept in pre, f32), rounded once */
     rc = gdl__cpu_batchnorm_f32(N, C, S, b[0], gamma, beta, b[1], mean, invstd, run_mean, run_var, training, momentum, eps,
-                            relu);
+                            act, pre);
     if (rc == 0) gdl__cpu_cast(y, dt, b[1], GDL_F32, n[1]);
     GPUDL_FREE(f);
     return rc;
@@ -153,21 +154,23 @@ static int gdl__cpu_batchnorm(gdl_dtype dt, int64_t N, int64_t C, int64_t S, con
 static int gdl__cpu_batchnorm_backward(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
                                        const void *y, const gdl_real *gamma, const gdl_real *mean,
                                        const gdl_real *invstd, int training, void *gx, gdl_real *ggamma,
-                                       gdl_real *gbeta, int accumulate) {
+                                       gdl_real *gbeta, int accumulate, int act) {
     const void *src[4];
     int64_t n[4];
     gdl_real *b[4], *f;
     int rc;
     if (dt == GDL_F32)
         return gdl__cpu_batchnorm_backward_f32(N, C, S, (const gdl_real *)x, (const gdl_real *)gy, (const gdl_real *)y,
-                                               gamma, mean, invstd, training, (gdl_real *)gx, ggamma, gbeta, accumulate);
+                                               gamma, mean, invstd, training, (gdl_real *)gx, ggamma, gbeta, accumulate,
+                                               act);
     if (!accumulate && gx && N * C * S > 0) memset(gx, 0, (size_t)(N * C * S) * gdl_dtype_size(dt)); /* then += */
     if (gdl__cpu_lp_check("batchnorm_backward", dt) < 0) return -1;
-    src[0] = x; src[1] = gy; src[2] = gx; src[3] = y;
-    n[0] = n[1] = N * C * S; n[2] = gx ? N * C * S : 0; n[3] = y ? N * C * S : 0;
+    /* a fused GELU's y is its f32 input, pre: read as it is; a ReLU's output is widened */
+    src[0] = x; src[1] = gy; src[2] = gx; src[3] = act == GDL_ACT_GELU ? NULL : y;
+    n[0] = n[1] = N * C * S; n[2] = gx ? N * C * S : 0; n[3] = y && act != GDL_ACT_GELU ? N * C * S : 0;
     if (!(f = gdl__cpu_lp_wide(dt, 4, src, n, b))) return -1;
-    rc = gdl__cpu_batchnorm_backward_f32(N, C, S, b[0], b[1], y ? b[3] : NULL, gamma, mean, invstd, training,
-                                     gx ? b[2] : NULL, ggamma, gbeta, 1);
+    rc = gdl__cpu_batchnorm_backward_f32(N, C, S, b[0], b[1], act == GDL_ACT_GELU ? (const gdl_real *)y : y ? b[3] : NULL,
+                                     gamma, mean, invstd, training, gx ? b[2] : NULL, ggamma, gbeta, 1, act);
     if (rc == 0 && gx) gdl__cpu_cast(gx, dt, b[2], GDL_F32, n[2]);
     GPUDL_FREE(f);
     return rc;

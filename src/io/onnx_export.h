@@ -1050,8 +1050,9 @@ static int gdl__ox_op(gdl__ox *X, const gdl_node *n, int total, const char *out,
         gdl__ox_node2(X, "Gather", in[1], in[0], out, NULL);
         return 0;
     case GDL_OP_BATCH_NORM:
-    case GDL_OP_BATCH_NORM_RELU: {
-        const char *bi[5], *y = op == GDL_OP_BATCH_NORM_RELU ? gdl__ox_tmp(X) : out;
+    case GDL_OP_BATCH_NORM_RELU:
+    case GDL_OP_BATCH_NORM_GELU: {
+        const char *bi[5], *y = op != GDL_OP_BATCH_NORM ? gdl__ox_tmp(X) : out;
         int64_t C = n->in[0]->shape[1];
         if (n->i[3] || !n->stats[0] || !n->stats[1])
             return gdl__ox_no_form(X, n, total, "normalising by the batch's statistics (training mode, or no running "
@@ -1064,6 +1065,7 @@ static int gdl__ox_op(gdl__ox *X, const gdl_node *n, int total, const char *out,
         gdl__ox_attr_float(&at, "epsilon", n->f[0]);
         gdl__ox_node(X, "BatchNormalization", 5, bi, y, &at);
         if (op == GDL_OP_BATCH_NORM_RELU) gdl__ox_node1(X, "Relu", y, out, NULL);
+        if (op == GDL_OP_BATCH_NORM_GELU) return gdl__ox_gelu(X, 0, y, out);
         return 0;
     }
     case GDL_OP_LAYER_NORM: {

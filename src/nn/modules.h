@@ -772,6 +772,8 @@ static int gdl__nn_fusable(const gdl_module *a, const gdl_module *b, const gdl_t
     if (b->kind == GDL__M_RELU) act = GDL_ACT_RELU;
     else if (b->kind == GDL__M_GELU && a->kind == GDL__M_LINEAR)
         act = b->ia[GDL__GELU_TANH] ? GDL_ACT_GELU_TANH : GDL_ACT_GELU;
+    else if (b->kind == GDL__M_GELU && a->kind == GDL__M_BATCHNORM && !b->ia[GDL__GELU_TANH])
+        act = GDL_ACT_GELU; /* erf GELU: gdl_batch_norm_act's */
     else return -1;
     return gdl__nn_fuse_ok(a, x) ? act : -1;
 }
@@ -796,8 +798,10 @@ static int gdl__nn_check_xw(gdl_module *m, const gdl_tensor *x, int conv, int s[
     return 0;
 }
 
-/* A BatchNorm module's forward (relu: gdl_batch_norm_relu's, fused with the ReLU after it) */
-static gdl_tensor *gdl__nn_batchnorm_forward(gdl_module *m, gdl_tensor *x, int relu) {
+/* A BatchNorm module's forward, act (a gdl_act) fused after it: GDL_ACT_RELU gdl_batch_norm_relu's,
+   GDL_ACT_GELU gdl_batch_norm_act's */
+static gdl_tensor *gdl__nn_batchnorm_forward(gdl_module *m, gdl_tensor *x, int act) {
+    const char *op = act == GDL_ACT_RELU ? "gdl_batch_norm_relu" : act ? "gdl_batch_norm_act" : "gdl_batch_norm";
     char want[96];
     const int64_t *a = m->ia;
     const int64_t C = a[GDL__BN_C];
@@ -806,14 +810,14 @@ static gdl_tensor *gdl__nn_batchnorm_forward(gdl_module *m, gdl_tensor *x, int r
         else snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)C);
         return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
     }
-    return gdl__batch_norm(x, gdl__nn_buffer(m, 0), gdl__nn_buffer(m, 1), gdl__nn_param(m, 0), gdl__nn_param(m, 1),
-                           m->training, m->fa[GDL__BN_MOMENTUM], m->fa[GDL__BN_EPS], relu);
+    return gdl__batch_norm(op, x, gdl__nn_buffer(m, 0), gdl__nn_buffer(m, 1), gdl__nn_param(m, 0), gdl__nn_param(m, 1),
+                           m->training, m->fa[GDL__BN_MOMENTUM], m->fa[GDL__BN_EPS], act);
 }
 
 /* the Linear / Conv2d / BatchNorm module m's forward with act fused in; input checks as gdl__nn_forward's */
 static gdl_tensor *gdl__nn_forward_act(gdl_module *m, gdl_tensor *x, gdl_act act) {
     int s[2], p[2], d[2], conv = m->kind != GDL__M_LINEAR;
-    if (m->kind == GDL__M_BATCHNORM) return gdl__nn_batchnorm_forward(m, x, act == GDL_ACT_RELU);
+    if (m->kind == GDL__M_BATCHNORM) return gdl__nn_batchnorm_forward(m, x, (int)act);
     if (gdl__nn_check_xw(m, x, conv, s, p, d) < 0) return NULL;
     if (!conv) return gdl_linear_act(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), act);
     return gdl__conv2d("gdl_conv2d_act", x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d,
@@ -833,7 +837,7 @@ static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
         if (gdl__nn_check_xw(m, x, 1, s, p, d) < 0) return NULL;
         return gdl_conv2d_ex(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d, (int)a[GDL__CONV_GROUPS]);
     }
-    case GDL__M_BATCHNORM: return gdl__nn_batchnorm_forward(m, x, 0);
+    case GDL__M_BATCHNORM: return gdl__nn_batchnorm_forward(m, x, GDL_ACT_NONE);
     case GDL__M_LAYERNORM:
         if (x->ndim < 1 || x->shape[x->ndim - 1] != a[GDL__LN_D]) {
             snprintf(want, sizeof want, "[..., %lld]", (long long)a[GDL__LN_D]);

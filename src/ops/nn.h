@@ -77,17 +77,27 @@ static gdl_node *gdl__record_norm(const char *op, int opid, gdl_tensor *out, gdl
     return n;
 }
 
-/* gdl_batch_norm, and with relu gdl_batch_norm_relu (its ReLU in the backend's passes) */
-static gdl_tensor *gdl__batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor *rvar, gdl_tensor *weight,
-                                   gdl_tensor *bias, int training, double momentum, double eps, int relu) {
-    const char *op = relu ? "gdl_batch_norm_relu" : "gdl_batch_norm";
-    const gdl_op opid = relu ? GDL_OP_BATCH_NORM_RELU : GDL_OP_BATCH_NORM;
+/* gdl_batch_norm_act (op: the public call's name) with act GDL_ACT_NONE (gdl_batch_norm), GDL_ACT_RELU
+   (gdl_batch_norm_relu) or GDL_ACT_GELU: the activation in the backend's passes. GELU keeps its input, pre
+   (f32 whatever x's dtype), for the backward. */
+static gdl_tensor *gdl__batch_norm(const char *op, gdl_tensor *x, gdl_tensor *rmean, gdl_tensor *rvar,
+                                   gdl_tensor *weight, gdl_tensor *bias, int training, double momentum, double eps,
+                                   int act) {
+    const gdl_op opid = act == GDL_ACT_RELU   ? GDL_OP_BATCH_NORM_RELU
+                        : act == GDL_ACT_GELU ? GDL_OP_BATCH_NORM_GELU
+                                              : GDL_OP_BATCH_NORM;
+    const int relu = act == GDL_ACT_RELU, gelu = act == GDL_ACT_GELU;
     int64_t N, C, S = 1, cshape;
     int k, err, use_batch;
-    gdl_tensor *out, *mean, *invstd;
+    gdl_tensor *out, *mean, *invstd, *stats = NULL, *pre = NULL;
     gdl_node *n;
     const gdl_backend *be;
     gdl_dtype dt = GDL_F32;
+    if (act != GDL_ACT_NONE && !relu && !gelu) {
+        gdl__set_error("%s: activation %d is not fused after batch norm (GDL_ACT_NONE, GDL_ACT_RELU or GDL_ACT_GELU)",
+                       op, act);
+        return NULL;
+    }
     if (x && gdl__is_low(x->dtype) && (!weight || weight->dtype == GDL_F32 || weight->dtype == x->dtype) &&
         (!bias || bias->dtype == GDL_F32 || bias->dtype == x->dtype)) {
         /* native (cuDNN's under autocast): x and y in dt, the statistics and
@@ -103,7 +113,7 @@ static gdl_tensor *gdl__batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor 
         }
         if (bias && bias->dtype != GDL_F32 && !(bias = gdl__cast_t(op, bias, GDL_F32))) return NULL;
     } else {
-        GDL__LOWP3_FIRST(op, opid, gdl__batch_norm(x, rmean, rvar, weight, bias, training, momentum, eps, relu), x,
+        GDL__LOWP3_FIRST(op, opid, gdl__batch_norm(op, x, rmean, rvar, weight, bias, training, momentum, eps, act), x,
                          weight, bias);
     }
     if (gdl__check_in(op, "input", x, dt == GDL_F32) < 0) return NULL;
@@ -127,20 +137,30 @@ static gdl_tensor *gdl__batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor 
         return NULL;
     }
     cshape = C;
-    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, dt, x->device)) ||
-        !(mean = gdl__tmp(op, 1, &cshape, GDL_F32, x->device)) || !(invstd = gdl__tmp(op, 1, &cshape, GDL_F32, x->device)))
+    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, dt, x->device)))
         return NULL;
-    if (dt != GDL_F32) {
-        if (be->k.batchnorm(dt, N, C, S, x->data, weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, out->data,
-                             GDL__R(mean), GDL__R(invstd), rmean ? GDL__R(rmean) : NULL, rvar ? GDL__R(rvar) : NULL,
-                             use_batch, momentum, eps, relu) < 0)
+    if (gelu) { /* the node keeps two tensors: the statistics [2C] (mean, then invstd) and GELU's input */
+        cshape = 2 * C;
+        if (!(stats = gdl__tmp(op, 1, &cshape, GDL_F32, x->device)) ||
+            !(pre = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device)))
             return NULL;
-    } else if (be->k.batchnorm(GDL_F32, N, C, S, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, GDL__R(out),
-                             GDL__R(mean), GDL__R(invstd), rmean ? GDL__R(rmean) : NULL,
-                             rvar ? GDL__R(rvar) : NULL, use_batch, momentum, eps, relu) < 0) {
+        mean = invstd = stats;
+    } else if (!(mean = gdl__tmp(op, 1, &cshape, GDL_F32, x->device)) ||
+               !(invstd = gdl__tmp(op, 1, &cshape, GDL_F32, x->device))) {
         return NULL;
     }
-    n = gdl__record_norm(op, opid, out, x, weight, bias, mean, invstd, eps, &err);
+    if (dt != GDL_F32) {
+        if (be->k.batchnorm(dt, N, C, S, x->data, weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, out->data,
+                             GDL__R(mean), GDL__R(invstd) + (gelu ? C : 0), rmean ? GDL__R(rmean) : NULL, rvar ? GDL__R(rvar) : NULL,
+                             use_batch, momentum, eps, act, pre ? GDL__R(pre) : NULL) < 0)
+            return NULL;
+    } else if (be->k.batchnorm(GDL_F32, N, C, S, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, GDL__R(out),
+                             GDL__R(mean), GDL__R(invstd) + (gelu ? C : 0), rmean ? GDL__R(rmean) : NULL,
+                             rvar ? GDL__R(rvar) : NULL, use_batch, momentum, eps, act, pre ? GDL__R(pre) : NULL) < 0) {
+        return NULL;
+    }
+    n = gelu ? gdl__record_norm(op, opid, out, x, weight, bias, stats, pre, eps, &err)
+             : gdl__record_norm(op, opid, out, x, weight, bias, mean, invstd, eps, &err);
     if (err) return NULL;
     if (n) {
         n->i[0] = N; n->i[1] = C; n->i[2] = S; n->i[3] = use_batch;
@@ -150,29 +170,37 @@ static gdl_tensor *gdl__batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor 
 }
 GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor *rvar, gdl_tensor *weight,
                                      gdl_tensor *bias, int training, double momentum, double eps) {
-    return gdl__batch_norm(x, rmean, rvar, weight, bias, training, momentum, eps, 0);
+    return gdl__batch_norm("gdl_batch_norm", x, rmean, rvar, weight, bias, training, momentum, eps, GDL_ACT_NONE);
 }
 GPUDL_API gdl_tensor *gdl_batch_norm_relu(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor *rvar, gdl_tensor *weight,
                                           gdl_tensor *bias, int training, double momentum, double eps) {
-    return gdl__batch_norm(x, rmean, rvar, weight, bias, training, momentum, eps, 1);
+    return gdl__batch_norm("gdl_batch_norm_relu", x, rmean, rvar, weight, bias, training, momentum, eps, GDL_ACT_RELU);
+}
+GPUDL_API gdl_tensor *gdl_batch_norm_act(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor *rvar, gdl_tensor *weight,
+                                         gdl_tensor *bias, int training, double momentum, double eps, gdl_act act) {
+    return gdl__batch_norm("gdl_batch_norm_act", x, rmean, rvar, weight, bias, training, momentum, eps, (int)act);
 }
 
-/* batch_norm_relu's backward reads its output (the ReLU's mask) */
+/* batch_norm_relu's backward reads its output (the ReLU's mask); batch_norm_gelu's its saved pre (saved[1],
+   the statistics in saved[0]: mean, then invstd) */
 static int gdl__bw_batch_norm(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *w = n->in[1];
-    const int relu = n->op == GDL_OP_BATCH_NORM_RELU;
+    const int relu = n->op == GDL_OP_BATCH_NORM_RELU, gelu = n->op == GDL_OP_BATCH_NORM_GELU;
+    const int act = relu ? GDL_ACT_RELU : gelu ? GDL_ACT_GELU : GDL_ACT_NONE;
     if (n->out->dtype != GDL_F32)
         return be->k.batchnorm_backward(n->out->dtype, n->i[0], n->i[1], n->i[2], n->in[0]->data, n->out->grad->data,
-                                         relu ? n->out->data : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]),
-                                         GDL__R(n->saved[1]), (int)n->i[3],
+                                         relu ? n->out->data : gelu ? n->saved[1]->data : NULL, w ? GDL__R(w) : NULL,
+                                         GDL__R(n->saved[0]),
+                                         gelu ? GDL__R(n->saved[0]) + n->i[1] : GDL__R(n->saved[1]), (int)n->i[3],
                                          n->in[0]->requires_grad ? n->in[0]->grad->data : NULL, GDL__G(w),
-                                         GDL__G(n->in[2]), 1);
+                                         GDL__G(n->in[2]), 1, act);
     /* x's gradient may be unset (gdl__bw_fresh_ok): written, not added; the weight's and bias's are added */
     if (gdl__grad_zero(w, be) < 0 || gdl__grad_zero(n->in[2], be) < 0) return -1;
     return be->k.batchnorm_backward(GDL_F32, n->i[0], n->i[1], n->i[2], GDL__R(n->in[0]), GDL__R(n->out->grad),
-                                  relu ? GDL__R(n->out) : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]),
-                                  GDL__R(n->saved[1]), (int)n->i[3],
-                                  GDL__G(n->in[0]), GDL__G(w), GDL__G(n->in[2]), gdl__grad_beta(n->in[0]));
+                                  relu ? GDL__R(n->out) : gelu ? GDL__R(n->saved[1]) : NULL, w ? GDL__R(w) : NULL,
+                                  GDL__R(n->saved[0]), gelu ? GDL__R(n->saved[0]) + n->i[1] : GDL__R(n->saved[1]),
+                                  (int)n->i[3], GDL__G(n->in[0]), GDL__G(w), GDL__G(n->in[2]),
+                                  gdl__grad_beta(n->in[0]), act);
 }
 
 GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tensor *bias, double eps) {
