@@ -1,4 +1,4 @@
-/* bench/passes.c — the memory-bound ops of a CNN step (batch norm, GELU, ReLU, the residual add, SGD)
+/* bench/passes.c — the memory-bound ops of a CNN step (batch norm with its ReLU or GELU, the residual add, SGD)
    against the time their bytes take at the memory's speed.
 
    Build and run (from the repository root):
@@ -8,7 +8,8 @@
 
    The bandwidth is gdl_add's (as bench/train.c's BENCH_BOUND=1): two 64 MiB inputs read, one output
    written, the fastest of 5, a write-allocate's read not counted. Each op runs on the CPU kernel directly
-   at the shapes of examples/speedrun.c (batch 256: batch norm + GELU after each conv) and of
+   at the shapes of examples/speedrun.c (batch 256: batch norm + GELU after each conv, one fused op; the
+   unfused pair at its first shape for comparison) and of
    bench/train.c's rcnn (batch 128: batch norm with its ReLU fused) and resnet10 (the residual add), the
    median of REPS calls (default 15). "bytes" is what the op must read and write with the fewest passes the
    math allows: every input read once, every output written once (a batch norm channel's slice, at most
@@ -39,27 +40,35 @@ static float *buf_new(int64_t n, unsigned seed) { /* n values in [-2, 2), fixed 
     return p;
 }
 
-enum { OP_BN, OP_BN_BWD, OP_BN_RELU, OP_BN_RELU_BWD, OP_GELU, OP_GELU_BWD, OP_ADD, OP_SGD };
-static const char *const op_names[] = {"batch_norm",      "batch_norm bwd", "batch_norm_relu", "bn_relu bwd",
-                                       "gelu",            "gelu bwd",       "add",             "sgd momentum"};
-static const int op_arrays[] = {2, 3, 2, 4, 2, 3, 3, 5}; /* arrays of n floats read or written */
+enum { OP_BN, OP_BN_BWD, OP_BN_RELU, OP_BN_RELU_BWD, OP_BN_GELU, OP_BN_GELU_BWD, OP_GELU, OP_GELU_BWD, OP_ADD, OP_SGD };
+static const char *const op_names[] = {"batch_norm", "batch_norm bwd", "batch_norm_relu", "bn_relu bwd", "batch_norm_gelu",
+                                       "bn_gelu bwd", "gelu",          "gelu bwd",        "add",         "sgd momentum"};
+/* arrays of n floats read or written (the fused GELU's forward writes its input too, its backward reads it) */
+static const int op_arrays[] = {2, 3, 2, 4, 3, 4, 2, 3, 3, 5};
+/* the activation fused into batch norm */
+static int op_act(int op) {
+    return op == OP_BN_RELU || op == OP_BN_RELU_BWD ? GDL_ACT_RELU
+           : op == OP_BN_GELU || op == OP_BN_GELU_BWD ? GDL_ACT_GELU
+                                                      : GDL_ACT_NONE;
+}
 
 typedef struct {
     int op;
     int64_t N, C, S;
-    float *x, *y, *gy, *gx, *gm, *bt, *mean, *invstd, *rm, *rv, *ggm, *gbt;
+    float *x, *y, *gy, *gx, *gm, *bt, *mean, *invstd, *rm, *rv, *ggm, *gbt, *pre;
 } bench_case;
 
 static void run_op(bench_case *b) {
     const int64_t n = b->N * b->C * b->S;
     switch (b->op) {
-    case OP_BN: case OP_BN_RELU:
+    case OP_BN: case OP_BN_RELU: case OP_BN_GELU:
         gdl__cpu_batchnorm_f32(b->N, b->C, b->S, b->x, b->gm, b->bt, b->y, b->mean, b->invstd, b->rm, b->rv, 1, 0.1,
-                               1e-5, b->op == OP_BN_RELU);
+                               1e-5, op_act(b->op), b->pre);
         break;
-    case OP_BN_BWD: case OP_BN_RELU_BWD:
-        gdl__cpu_batchnorm_backward_f32(b->N, b->C, b->S, b->x, b->gy, b->op == OP_BN_RELU_BWD ? b->y : NULL, b->gm,
-                                        b->mean, b->invstd, 1, b->gx, b->ggm, b->gbt, 0);
+    case OP_BN_BWD: case OP_BN_RELU_BWD: case OP_BN_GELU_BWD: /* ReLU's mask from y, GELU's input from pre */
+        gdl__cpu_batchnorm_backward_f32(b->N, b->C, b->S, b->x, b->gy,
+                                        b->op == OP_BN_RELU_BWD ? b->y : b->op == OP_BN_GELU_BWD ? b->pre : NULL, b->gm,
+                                        b->mean, b->invstd, 1, b->gx, b->ggm, b->gbt, 0, op_act(b->op));
         break;
     case OP_GELU: gdl__cpu_unary_f32(GDL_UN_GELU_ERF, n, b->x, b->y, 0); break;
     case OP_GELU_BWD: gdl__cpu_unary_backward_f32(GDL_UN_GELU_ERF, n, b->x, b->y, b->gy, b->gx, 0, 0); break;
@@ -107,18 +116,17 @@ static double time_case(bench_case *b, int reps, double *cpu) {
 
 typedef struct {
     const char *net;
-    int op, count; /* count: calls per training step */
+    int op, count; /* count: calls per training step (0: a row for comparison, in no step) */
     int64_t N, C, S;
 } shape_row;
 
 int main(int argc, char **argv) {
     static const shape_row rows[] = {
-        {"speedrun", OP_BN, 2, 256, 32, 196},       {"speedrun", OP_BN, 2, 256, 64, 49},
-        {"speedrun", OP_BN, 2, 256, 128, 9},        {"speedrun", OP_BN_BWD, 2, 256, 32, 196},
-        {"speedrun", OP_BN_BWD, 2, 256, 64, 49},    {"speedrun", OP_BN_BWD, 2, 256, 128, 9},
-        {"speedrun", OP_GELU, 2, 256, 32, 196},     {"speedrun", OP_GELU, 2, 256, 64, 49},
-        {"speedrun", OP_GELU, 2, 256, 128, 9},      {"speedrun", OP_GELU_BWD, 2, 256, 32, 196},
-        {"speedrun", OP_GELU_BWD, 2, 256, 64, 49},  {"speedrun", OP_GELU_BWD, 2, 256, 128, 9},
+        {"speedrun", OP_BN_GELU, 2, 256, 32, 196},     {"speedrun", OP_BN_GELU, 2, 256, 64, 49},
+        {"speedrun", OP_BN_GELU, 2, 256, 128, 9},      {"speedrun", OP_BN_GELU_BWD, 2, 256, 32, 196},
+        {"speedrun", OP_BN_GELU_BWD, 2, 256, 64, 49},  {"speedrun", OP_BN_GELU_BWD, 2, 256, 128, 9},
+        {"unfused", OP_BN, 0, 256, 32, 196},           {"unfused", OP_BN_BWD, 0, 256, 32, 196},
+        {"unfused", OP_GELU, 0, 256, 32, 196},         {"unfused", OP_GELU_BWD, 0, 256, 32, 196},
         {"rcnn", OP_BN_RELU, 1, 128, 32, 784},      {"rcnn", OP_BN_RELU, 1, 128, 64, 196},
         {"rcnn", OP_BN_RELU_BWD, 1, 128, 32, 784},  {"rcnn", OP_BN_RELU_BWD, 1, 128, 64, 196},
         {"resnet10", OP_ADD, 2, 128, 64, 196},      {"resnet10", OP_ADD, 2, 128, 128, 49},
@@ -144,10 +152,10 @@ int main(int argc, char **argv) {
         b.x = buf_new(n, 1), b.y = buf_new(n, 2), b.gy = buf_new(n, 3), b.gx = buf_new(n, 4);
         b.gm = buf_new(s->C, 5), b.bt = buf_new(s->C, 6), b.rm = buf_new(s->C, 7), b.rv = buf_new(s->C, 8);
         b.mean = buf_new(s->C, 9), b.invstd = buf_new(s->C, 10), b.ggm = buf_new(s->C, 11), b.gbt = buf_new(s->C, 12);
-        if (s->op == OP_BN_BWD || s->op == OP_BN_RELU_BWD) { /* the forward's statistics and output */
+        b.pre = buf_new(n, 13);
+        if (s->op == OP_BN_BWD || s->op == OP_BN_RELU_BWD || s->op == OP_BN_GELU_BWD) /* the forward's statistics */
             gdl__cpu_batchnorm_f32(s->N, s->C, s->S, b.x, b.gm, b.bt, b.y, b.mean, b.invstd, NULL, NULL, 1, 0.1, 1e-5,
-                                   s->op == OP_BN_RELU_BWD);
-        }
+                                   op_act(s->op), b.pre);
         t = time_case(&b, reps, &cpu) * 1e3;
         cpu *= 1e3;
         { /* add over n: the stream's rate at this size (the table's memory speed is at 64 MiB arrays) */
@@ -163,7 +171,7 @@ int main(int argc, char **argv) {
         tot_t[net] += s->count * t;
         tot_cpu[net] += s->count * cpu;
         free(b.x), free(b.y), free(b.gy), free(b.gx), free(b.gm), free(b.bt), free(b.rm), free(b.rv);
-        free(b.mean), free(b.invstd), free(b.ggm), free(b.gbt);
+        free(b.mean), free(b.invstd), free(b.ggm), free(b.gbt), free(b.pre);
     }
     printf("a step's share (each shape times its calls a step):\n");
     for (k = 0; k < 3; k++)
