@@ -19,7 +19,7 @@
    Status (2026-12-06, a shared 2-core Intel Xeon (KVM, AVX-512)): 10 epochs (the default) bring seeds 0-4 to
    93.90, 93.83, 93.65, 93.79, 93.80 % (93.79 +- 0.09 %, 5 of 5), each seed a run of its own on one thread,
    two or three at once, under load 1.5-5: 1609-1713 s a seed, 725-741 CPU-seconds (2.08e10 FLOPs a step
-   of 256); on 2 quiet threads seed 0 takes 379 s, its PyTorch twin 500 s (94.04 %). 8 epochs brought them to
+   of 256); on 2 quiet threads seed 0 takes 352 s, its PyTorch twin 500 s (94.04 %). 8 epochs brought them to
    93.71, 93.49, 93.48, 93.68, 93.58 %, seeds 1 and 2 just short; seed 0's test accuracy after each epoch
    80.10 90.57 91.67 92.22 92.72 93.00 93.35 %. Shorter or wider fell short: 6 epochs 93.09 % (flip TTA),
    seed 1 in 5 epochs 92.95 %, widths 48,96,192 in 4 epochs 92.79 %; the first net (--convs 1 --head pool)
