@@ -11605,8 +11605,6 @@ static int gdl__dconv_weight_grad(const gdl_conv_geom *g, int groups, int OC, co
        through the samples in order whichever task has it. */
     d.nitask = threads <= 1 ? 1 : GDL__POOL_SPLIT * threads < nitems ? GDL__POOL_SPLIT * threads : nitems;
     d.buf = 1;
-    d.na = 0;
-    d.nprep = d.span;
     for (sa = -d.span; sa < g->N; sa += d.span) {
         const int items = sa >= 0;
         d.sa = sa;
@@ -13037,8 +13035,9 @@ static int gdl__cpu_batchnorm_backward_f32(int64_t N, int64_t C, int64_t S, cons
     a.ctx = &b;
     gdl__parallel_loop(C, N * C * S, gdl__batchnorm_backward_part, &a);
     if (failed) {
+        const int64_t G = gdl__bn_gelu_group(N, S);
         gdl__set_error("%s: batchnorm_backward: out of host memory for the fused GELU's scratch (%lld floats a part)",
-                       gdl__be_op, (long long)(S == 1 ? N * 8 : N * S));
+                       gdl__be_op, (long long)(S == 1 ? N * 8 : N * S * (G < C ? G : C)));
         return -1;
     }
     return 0;
@@ -37588,14 +37587,15 @@ static gdl_tensor *gdl__oi_conv(gdl__oi_run *R, gdl_tensor *x, gdl_tensor *w, gd
         return NULL;
     }
     if (x && w && x->ndim == 4 && w->ndim == 4) { /* else gdl_conv2d_ex says what is wrong */
-        int64_t out = x->shape[0] * w->shape[0];
+        double out = (double)x->shape[0] * (double)w->shape[0]; /* in double: no overflow from a file's pads */
         for (k = 0; k < 2; k++) {
             const int64_t reach = (int64_t)d[k] * (w->shape[2 + k] - 1) + 1, in = x->shape[2 + k] + 2 * (int64_t)p[k];
-            out *= in >= reach ? (in - reach) / s[k] + 1 : 0;
+            out *= in >= reach ? (double)((in - reach) / s[k] + 1) : 0;
         }
-        if (out > x->shape[0] * w->shape[0] * x->shape[2] * x->shape[3] && out > GDL__OI_MAX_MADE) {
-            gdl__oi_fail(R, "pads (%d, %d) make an output of %lld elements from a %s input (the most a padding that "
-                         "enlarges the map may make: %lld)", p[0], p[1], (long long)out, gdl_shape_str(x),
+        if (out > (double)x->shape[0] * (double)w->shape[0] * (double)x->shape[2] * (double)x->shape[3] &&
+            out > (double)GDL__OI_MAX_MADE) {
+            gdl__oi_fail(R, "pads (%d, %d) make an output of %.0f elements from a %s input (the most a padding that "
+                         "enlarges the map may make: %lld)", p[0], p[1], out, gdl_shape_str(x),
                          (long long)GDL__OI_MAX_MADE);
             return NULL;
         }

@@ -360,6 +360,22 @@ static void check_int8_files(void) {
     }
 }
 
+/* Runs the hand-made model m: want NULL, it must make one output of numel elements; else fail with an error
+   holding want. Prints "ok"/"FAIL", what, and done or the error. */
+static void check_run(const pbuf *m, const char *want, int64_t numel, const char *what, const char *done) {
+    gdl_onnx_model *om;
+    gdl_tensor *out[1] = {NULL}, *none[1] = {NULL};
+    int nout = -1, rc, ok;
+    CHECK((om = gdl_onnx_parse(m->b, m->n, gdl_cpu())) != NULL);
+    rc = gdl_onnx_run(om, 0, none, 1, out, &nout);
+    ok = want ? rc < 0 && nout == 0 && strstr(gdl_last_error(), want) != NULL
+              : rc == 0 && nout == 1 && out[0]->numel == numel;
+    printf("%s %s: %s\n", ok ? "ok  " : "FAIL", what, rc == 0 ? done : gdl_last_error());
+    failures += !ok;
+    gdl_onnx_free(om);
+    gdl_arena_reset();
+}
+
 /* ConstantOfShape and Expand at a shape from the file: up to 2^24 elements made, more refused with the node's name
    before anything is filled (a fuzzed file asked for 2^28), a negative dim refused */
 static void check_made_shapes(void) {
@@ -375,9 +391,8 @@ static void check_made_shapes(void) {
     for (c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
         pbuf g = {{0}, 0}, m, io = {{0}, 0}, n = {{0}, 0};
         unsigned char raw[16];
-        gdl_onnx_model *om;
-        gdl_tensor *out[1] = {NULL}, *none[1] = {NULL};
-        int nout = -1, rc, k, expand = !strcmp(cases[c].op, "Expand"), ok;
+        char what[64];
+        int k, expand = !strcmp(cases[c].op, "Expand");
         for (k = 0; k < 16; k++) raw[k] = (unsigned char)((uint64_t)cases[c].dims[k / 8] >> (8 * (k % 8)));
         if (expand) pb_bytes(&n, 1, "x", 1);
         pb_bytes(&n, 1, "s", 1);
@@ -390,15 +405,9 @@ static void check_made_shapes(void) {
         pb_bytes(&io, 1, "y", 1);
         pb_bytes(&g, 12, io.b, io.n);
         m = pb_model(&g);
-        CHECK((om = gdl_onnx_parse(m.b, m.n, gdl_cpu())) != NULL);
-        rc = gdl_onnx_run(om, 0, none, 1, out, &nout);
-        ok = cases[c].want ? rc < 0 && nout == 0 && strstr(gdl_last_error(), cases[c].want) != NULL
-                           : rc == 0 && nout == 1 && out[0]->numel == cases[c].dims[0] * cases[c].dims[1];
-        printf("%s %s at [%lld,%lld]: %s\n", ok ? "ok  " : "FAIL", cases[c].op, (long long)cases[c].dims[0],
-               (long long)cases[c].dims[1], rc == 0 ? "made" : gdl_last_error());
-        failures += !ok;
-        gdl_onnx_free(om);
-        gdl_arena_reset();
+        snprintf(what, sizeof what, "%s at [%lld,%lld]", cases[c].op, (long long)cases[c].dims[0],
+                 (long long)cases[c].dims[1]);
+        check_run(&m, cases[c].want, cases[c].dims[0] * cases[c].dims[1], what, "made");
     }
 }
 
@@ -413,10 +422,8 @@ static void check_padded_conv(void) {
     for (k = 0; k < 16; k++) ones[k] = 1;
     for (c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
         pbuf g = {{0}, 0}, m, io = {{0}, 0}, n = {{0}, 0}, at = {{0}, 0};
-        gdl_onnx_model *om;
-        gdl_tensor *out[1] = {NULL}, *none[1] = {NULL};
         const int64_t side = 4 + 2 * cases[c].pad - 2;
-        int nout = -1, rc, ok;
+        char what[64];
         pb_bytes(&n, 1, "x", 1);
         pb_bytes(&n, 1, "w", 1);
         pb_bytes(&n, 2, "y", 1);
@@ -432,15 +439,8 @@ static void check_padded_conv(void) {
         pb_bytes(&io, 1, "y", 1);
         pb_bytes(&g, 12, io.b, io.n);
         m = pb_model(&g);
-        CHECK((om = gdl_onnx_parse(m.b, m.n, gdl_cpu())) != NULL);
-        rc = gdl_onnx_run(om, 0, none, 1, out, &nout);
-        ok = cases[c].want ? rc < 0 && nout == 0 && strstr(gdl_last_error(), cases[c].want) != NULL
-                           : rc == 0 && nout == 1 && out[0]->numel == side * side;
-        printf("%s Conv with pads %lld: %s\n", ok ? "ok  " : "FAIL", (long long)cases[c].pad,
-               rc == 0 ? "ran" : gdl_last_error());
-        failures += !ok;
-        gdl_onnx_free(om);
-        gdl_arena_reset();
+        snprintf(what, sizeof what, "Conv with pads %lld", (long long)cases[c].pad);
+        check_run(&m, cases[c].want, side * side, what, "ran");
     }
 }
 

@@ -594,8 +594,6 @@ static int gdl__dconv_weight_grad(const gdl_conv_geom *g, int groups, int OC, co
        through the samples in order whichever task has it. */
     d.nitask = threads <= 1 ? 1 : GDL__POOL_SPLIT * threads < nitems ? GDL__POOL_SPLIT * threads : nitems;
     d.buf = 1;
-    d.na = 0;
-    d.nprep = d.span;
     for (sa = -d.span; sa < g->N; sa += d.span) {
         const int items = sa >= 0;
         d.sa = sa;

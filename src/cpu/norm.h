@@ -542,8 +542,9 @@ static int gdl__cpu_batchnorm_backward_f32(int64_t N, int64_t C, int64_t S, cons
     a.ctx = &b;
     gdl__parallel_loop(C, N * C * S, gdl__batchnorm_backward_part, &a);
     if (failed) {
+        const int64_t G = gdl__bn_gelu_group(N, S);
         gdl__set_error("%s: batchnorm_backward: out of host memory for the fused GELU's scratch (%lld floats a part)",
-                       gdl__be_op, (long long)(S == 1 ? N * 8 : N * S));
+                       gdl__be_op, (long long)(S == 1 ? N * 8 : N * S * (G < C ? G : C)));
         return -1;
     }
     return 0;

@@ -800,14 +800,15 @@ static gdl_tensor *gdl__oi_conv(gdl__oi_run *R, gdl_tensor *x, gdl_tensor *w, gd
         return NULL;
     }
     if (x && w && x->ndim == 4 && w->ndim == 4) { /* else gdl_conv2d_ex says what is wrong */
-        int64_t out = x->shape[0] * w->shape[0];
+        double out = (double)x->shape[0] * (double)w->shape[0]; /* in double: no overflow from a file's pads */
         for (k = 0; k < 2; k++) {
             const int64_t reach = (int64_t)d[k] * (w->shape[2 + k] - 1) + 1, in = x->shape[2 + k] + 2 * (int64_t)p[k];
-            out *= in >= reach ? (in - reach) / s[k] + 1 : 0;
+            out *= in >= reach ? (double)((in - reach) / s[k] + 1) : 0;
         }
-        if (out > x->shape[0] * w->shape[0] * x->shape[2] * x->shape[3] && out > GDL__OI_MAX_MADE) {
-            gdl__oi_fail(R, "pads (%d, %d) make an output of %lld elements from a %s input (the most a padding that "
-                         "enlarges the map may make: %lld)", p[0], p[1], (long long)out, gdl_shape_str(x),
+        if (out > (double)x->shape[0] * (double)w->shape[0] * (double)x->shape[2] * (double)x->shape[3] &&
+            out > (double)GDL__OI_MAX_MADE) {
+            gdl__oi_fail(R, "pads (%d, %d) make an output of %.0f elements from a %s input (the most a padding that "
+                         "enlarges the map may make: %lld)", p[0], p[1], out, gdl_shape_str(x),
                          (long long)GDL__OI_MAX_MADE);
             return NULL;
         }
