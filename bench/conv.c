@@ -123,6 +123,10 @@ int main(int argc, char **argv) {
     double total[3] = {0, 0, 0}, total_flops = 0;
     size_t s;
     int pass, a;
+    if (getenv("BENCH_FP32_PRECISION") && gdl_cpu_set_fp32_precision(getenv("BENCH_FP32_PRECISION")) != 0) {
+        fprintf(stderr, "%s\n", gdl_last_error());
+        return 2;
+    }
     printf("CPU: %s; GEMM kernel %s; %d threads, FMA peak %.0f GFLOP/s\n", bench_cpu_model(), gdl_gemm_kernel_name(),
            threads, peak);
     printf("%-22s %-12s %9s %7s  %s\n", "conv (3x3 pad 1)", "pass", "ms", "%peak", "path");

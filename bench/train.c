@@ -234,6 +234,10 @@ int main(int argc, char **argv) {
     int nnets = argc > 1 ? argc - 1 : 4, k, threads = gdl_get_num_threads();
     double bound_bw = 0; /* BENCH_BOUND=1 on the CPU: gdl_add's bandwidth */
     gdl_device dev = gdl_default_device();
+    if (getenv("BENCH_FP32_PRECISION") && gdl_cpu_set_fp32_precision(getenv("BENCH_FP32_PRECISION")) != 0) {
+        fprintf(stderr, "%s\n", gdl_last_error());
+        return 2;
+    }
 #ifndef GDL__GEMM_CBLAS
     /* BENCH_CONV=im2col: the CPU convolutions as before the implicit GEMM, =gemm: as before the direct
        kernel, to time them in one build */

@@ -97,3 +97,17 @@ GPUDL_API const char *gdl_gemm_kernel_name(void);
 GPUDL_API void gdl_set_num_threads(int n);
 GPUDL_API int gdl_get_num_threads(void);
 
+/* The internal precision of the CPU backend's f32 GEMMs: linear, matmul,
+   the convolutions, attention and the RNNs (PyTorch's
+   torch.backends.mkldnn fp32_precision). "ieee", the default: f32 products
+   and sums, bitwise the same on every CPU path. "bf16": the operands rounded
+   to bf16 (nearest even), the products summed in f32 by AMX's tile unit
+   (Sapphire Rapids and later, built with -march=native, Linux 5.16 and
+   later), up to ~20x the f32 rate a core; the results keep their f32 dtype
+   but not the "ieee" bits, nor the same bits as another CPU (on one machine,
+   the same for any thread count). Returns 0 when set; -1 (gdl_last_error)
+   for another string, or for "bf16" where the build or the CPU has no AMX:
+   the precision then stays as it was. */
+GPUDL_API int gdl_cpu_set_fp32_precision(const char *precision);
+GPUDL_API const char *gdl_cpu_get_fp32_precision(void);
+

@@ -194,6 +194,9 @@ static void gdl__valid_cols(const gdl_conv_geom *g, int kw, int *lo, int *hi) {
 #define GDL__GEMM_MADD(a, b, acc) ((acc) + (a) * (b))
 #endif
 
+/* 1 when f32 GEMMs run on the tile unit in bf16 (gdl_cpu_set_fp32_precision) */
+static int gdl__cpu_bf16_gemm;
+
 /* Packing buffers: grow-only, 64-byte aligned inside the raw allocation. */
 typedef struct {
     void *raw;
@@ -1095,12 +1098,194 @@ static void gdl__gemm_put(const gdl__gemm_args *g, const gdl_real *tmp, gdl_real
     }
 }
 
+/* --- bf16 products on AMX (gdl_cpu_set_fp32_precision("bf16")) ----------
+   With the f32 precision set to "bf16" (off by default, as PyTorch's
+   torch.backends.mkldnn fp32_precision "ieee"), a CPU with AMX (Sapphire
+   Rapids and later; the compiler targeting it, as -march=native does there)
+   runs every f32 GEMM of the backend (linear, matmul, the convolutions'
+   implicit GEMM, attention, the RNNs) with its operands rounded to bf16
+   (nearest even) and the products summed in f32 by the tile unit: about 20x
+   the f32 FMA rate a core. The driver is gdl__gemm_blocked's: its f32
+   packing (the same panels, so transposes, convolutions' gathers and edges
+   are dealt with there), then each panel rounded into the tile layouts:
+     A: [16-row group][32-k step][16 rows][32 k] (a tile: 16 x 64 bytes)
+     B: [32-column micro-panel][32-k step][2 halves][16 k pairs][16 cols][2]
+        (VNNI: a tile row holds k and k+1 of 16 columns)
+   K is padded to a multiple of 32 with zeros. A 32 x 32 block of C is 4
+   tiles; its sums go to C as the f32 kernel's do (alpha * sum + beta * C,
+   later K blocks and segments adding). The tile unit's sums are not those of
+   an f32 FMA chain (its order and rounding inside a step are its own), so
+   "bf16" gives other bits than "ieee", and than a CPU without AMX (which
+   runs "ieee"); on one machine they do not depend on the thread count: a
+   block's K steps and blocks are the same whichever thread computes it. */
+#if defined(GDL__GEMM_AVX512) && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__) && \
+    defined(__linux__)
+#define GDL__GEMM_AMX 1
+#include <sys/syscall.h>
+extern long syscall(long number, ...); /* unistd.h hides it under -std=c99 */
+typedef struct {
+    unsigned char palette, start_row, reserved[14];
+    unsigned short colsb[16];
+    unsigned char rows[16];
+} gdl__amx_config;
+static int gdl__amx_state;                /* 0 not asked, 1 granted by the kernel, -1 refused */
+static GDL__TLS int gdl__amx_configured; /* this thread's tile registers are configured */
+static GDL__TLS gdl__gemm_space gdl__amx_space; /* this thread's bf16 panels */
+
+/* Ask Linux for the tile data state (once a process; 5.16 and later). */
+static int gdl__amx_init(void) {
+    if (gdl__amx_state == 0) gdl__amx_state = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */,
+                                                      18 /* XFEATURE_XTILEDATA */) == 0 ? 1 : -1;
+    return gdl__amx_state == 1;
+}
+static void gdl__amx_configure(void) {
+    gdl__amx_config c;
+    int i;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (i = 0; i < 8; i++) {
+        c.rows[i] = 16;
+        c.colsb[i] = 64;
+    }
+    _tile_loadconfig(&c);
+    gdl__amx_configured = 1;
+}
+
+/* f32 panel [kc][NR] (NR = 32) -> VNNI bf16 [ks][2][16][32], zero past kc */
+static void gdl__amx_cvt_b(const float *src, int kc, int ks, uint16_t *dst) {
+    int s, kp, h;
+    for (s = 0; s < ks; s++)
+        for (kp = 0; kp < 16; kp++) {
+            const int k0 = s * 32 + 2 * kp;
+            for (h = 0; h < 2; h++) {
+                const __m512 r0 = k0 < kc ? _mm512_loadu_ps(src + (size_t)k0 * 32 + 16 * h) : _mm512_setzero_ps();
+                const __m512 r1 = k0 + 1 < kc ? _mm512_loadu_ps(src + (size_t)(k0 + 1) * 32 + 16 * h) : _mm512_setzero_ps();
+                const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(r0));
+                const __m512i hi = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(r1));
+                _mm512_storeu_si512((void *)(dst + (((size_t)s * 2 + h) * 16 + kp) * 32),
+                                    _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+            }
+        }
+}
+
+/* two f32 A micro-panels [kc][MR = 8] (rows 0-7, 8-15; the second absent
+   past mrows) -> [ks][16][32] bf16, zero past kc and mrows */
+static void gdl__amx_cvt_a(const float *p0, int mrows, int kc, int ks, uint16_t *dst) {
+    const __m512i idx = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
+    int s, r, h;
+    for (s = 0; s < ks; s++)
+        for (r = 0; r < 16; r++)
+            for (h = 0; h < 2; h++) {
+                const int k0 = s * 32 + 16 * h, kn = kc - k0;
+                __m512 v = _mm512_setzero_ps();
+                if (r < mrows && kn > 0) {
+                    const float *base = p0 + (size_t)(r / 8) * 8 * kc + (size_t)k0 * 8 + r % 8;
+                    const __mmask16 m = kn >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << kn) - 1);
+                    v = _mm512_mask_i32gather_ps(v, m, idx, base, 4);
+                }
+                _mm256_storeu_si256((__m256i *)(void *)(dst + ((size_t)s * 16 + r) * 32 + 16 * h),
+                                    (__m256i)_mm512_cvtneps_pbh(v));
+            }
+}
+
+/* The 32 x 32 block of sums of ks K steps: a0, a1 two A groups, b a micro-panel -> t [32][32] */
+static void gdl__amx_kernel(int ks, const uint16_t *a0, const uint16_t *a1, const uint16_t *b, float *t) {
+    int s;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (s = 0; s < ks; s++) {
+        _tile_loadd(4, a0 + (size_t)s * 512, 64);
+        _tile_loadd(5, a1 + (size_t)s * 512, 64);
+        _tile_loadd(6, b + (size_t)s * 1024, 64);
+        _tile_loadd(7, b + (size_t)s * 1024 + 512, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, t, 128);
+    _tile_stored(1, t + 16, 128);
+    _tile_stored(2, t + 512, 128);
+    _tile_stored(3, t + 528, 128);
+}
+#endif
+
+#ifdef GDL__GEMM_AMX
+/* gdl__gemm_blocked's loops on the tile unit (see above). Returns 0, having
+   done nothing, when the thread's bf16 buffers cannot be had. */
+static int gdl__gemm_blocked_amx(const gdl__gemm_args *g, int m0, int m1, int n0, int n1, int mc_blk, int kc_blk,
+                                 int nc_blk, gdl_real *GDL__RESTRICT abuf, gdl_real *GDL__RESTRICT bbuf) {
+    const int ksmax = (kc_blk + 31) / 32, groups = (mc_blk + 15) / 16, panels = (nc_blk + 31) / 32;
+    const size_t asz = (size_t)groups * ksmax * 512, bsz = (size_t)panels * ksmax * 1024; /* bf16 elements */
+    GDL__ALIGNAS(64) float t[32 * 32];
+    uint16_t *abf, *bbf;
+    int jc, pc, ic, ir, jr, seg, i;
+    if (!gdl__gemm_space_reserve(&gdl__amx_space, (asz + bsz) / 2 + 32)) return 0;
+    abf = (uint16_t *)(void *)gdl__amx_space.buf;
+    bbf = abf + asz;
+    if (!gdl__amx_configured) gdl__amx_configure();
+    for (jc = n0; jc < n1; jc += nc_blk) {
+        const int nc = n1 - jc < nc_blk ? n1 - jc : nc_blk;
+        for (seg = 0; seg < g->nseg; seg++)
+        for (pc = 0; pc < g->K; pc += kc_blk) {
+            const int kc = g->K - pc < kc_blk ? g->K - pc : kc_blk, ks = (kc + 31) / 32;
+            const gdl_real beta = seg == 0 && pc == 0 ? g->beta : (gdl_real)1;
+            const int last = seg == g->nseg - 1 && pc + kc == g->K;
+            if (g->span)
+                for (jr = 0; jr < nc; jr += GDL__GEMM_NR) {
+                    const int n = nc - jr < GDL__GEMM_NR ? nc - jr : GDL__GEMM_NR;
+                    gdl__gemm_pack_span(g->conv, g->B, g->ldb, g->span, g->sBs, pc, kc, jc + jr, n,
+                                        bbuf + (size_t)jr * kc);
+                }
+            else if (!g->conv && !g->transB)
+                gdl__gemm_pack_b_rows(g->B + seg * g->sB, g->ldb, pc, kc, jc, nc, bbuf);
+            else
+                for (jr = 0; jr < nc; jr += GDL__GEMM_NR) {
+                    const int n = nc - jr < GDL__GEMM_NR ? nc - jr : GDL__GEMM_NR;
+                    gdl__gemm_pack_b(g->conv, g->transB, g->B + seg * g->sB, g->ldb, pc, kc, jc + jr, n,
+                                     bbuf + (size_t)jr * kc);
+                }
+            for (jr = 0; jr < nc; jr += 32) gdl__amx_cvt_b(bbuf + (size_t)jr * kc, kc, ks, bbf + (size_t)jr / 32 * ks * 1024);
+            for (ic = m0; ic < m1; ic += mc_blk) {
+                const int mc = m1 - ic < mc_blk ? m1 - ic : mc_blk;
+                for (ir = 0; ir < mc; ir += GDL__GEMM_MR) {
+                    const int m = mc - ir < GDL__GEMM_MR ? mc - ir : GDL__GEMM_MR;
+                    gdl__gemm_pack_a(g->transA, g->A + seg * g->sA, g->lda, ic + ir, m, pc, kc,
+                                     abuf + (size_t)ir * kc);
+                }
+                for (ir = 0; ir < mc; ir += 16)
+                    gdl__amx_cvt_a(abuf + (size_t)ir * kc, mc - ir < 16 ? mc - ir : 16, kc, ks,
+                                   abf + (size_t)ir / 16 * ks * 512);
+                for (jr = 0; jr < nc; jr += 32) {
+                    const int n = nc - jr < 32 ? nc - jr : 32;
+                    for (ir = 0; ir < mc; ir += 32) {
+                        const int m = mc - ir < 32 ? mc - ir : 32;
+                        const uint16_t *a0 = abf + (size_t)ir / 16 * ks * 512;
+                        gdl__amx_kernel(ks, a0, m > 16 ? a0 + (size_t)ks * 512 : a0, bbf + (size_t)jr / 32 * ks * 1024, t);
+                        if (g->alpha != 1)
+                            for (i = 0; i < 32 * 32; i++) t[i] *= g->alpha;
+                        gdl__gemm_put(g, t, beta, ic + ir, m, jc + jr, n);
+                        if (last) gdl__gemm_epi(g, ic + ir, m, jc + jr, n);
+                    }
+                }
+            }
+        }
+    }
+    return 1;
+}
+#endif
+
 /* The packed, blocked path on one thread, for the rows [m0,m1) and columns
    [n0,n1) of C (m0 a multiple of MR, n0 of NR). abuf holds mc_blk x kc_blk,
    bbuf kc_blk x nc_blk elements, both 64-byte aligned. */
 static void gdl__gemm_blocked(const gdl__gemm_args *g, int m0, int m1, int n0, int n1, int mc_blk, int kc_blk,
                               int nc_blk, gdl_real *GDL__RESTRICT abuf, gdl_real *GDL__RESTRICT bbuf) {
     int jc, pc, ic, ir, jr, seg;
+#ifdef GDL__GEMM_AMX
+    if (gdl__cpu_bf16_gemm && !g->conv && gdl__gemm_blocked_amx(g, m0, m1, n0, n1, mc_blk, kc_blk, nc_blk, abuf, bbuf)) return;
+#endif
     for (jc = n0; jc < n1; jc += nc_blk) {
         const int nc = n1 - jc < nc_blk ? n1 - jc : nc_blk;
         for (seg = 0; seg < g->nseg; seg++)
@@ -1457,7 +1642,7 @@ static void gdl__gemm_plan_grid(gdl__gemm_job *j, int threads) {
     j->nbch = (j->pn + GDL__GEMM_BCHUNK - 1) / GDL__GEMM_BCHUNK;
     j->nkc = (g->K + j->kc_blk - 1) / j->kc_blk;
     j->nkb = j->nkc * g->nseg;
-    if (!g->span) {
+    if (!g->span && !gdl__cpu_bf16_gemm) { /* (the tile unit's path packs its own) */
         /* A and B whole, each K block kc_blk apart (64-byte multiples), then the flags */
         const size_t asz = ((size_t)j->nkb * j->kc_blk * j->pm * GDL__GEMM_MR + 15) & ~(size_t)15;
         const size_t bsz = ((size_t)j->nkb * j->kc_blk * j->pn * GDL__GEMM_NR + 15) & ~(size_t)15;
@@ -1573,6 +1758,31 @@ GPUDL_API void gdl_gemm_cpu(int transA, int transB, int M, int N, int K, gdl_rea
 static void gdl__gemm_release(void) {} /* nothing cached on the CBLAS path */
 static void gdl__gemm_release_own(void) {}
 #endif
+
+GPUDL_API int gdl_cpu_set_fp32_precision(const char *precision) {
+    if (precision && strcmp(precision, "ieee") == 0) {
+        gdl__cpu_bf16_gemm = 0;
+        return 0;
+    }
+    if (precision && strcmp(precision, "bf16") == 0) {
+#ifdef GDL__GEMM_AMX
+        if (gdl__amx_init()) {
+            gdl__cpu_bf16_gemm = 1;
+            return 0;
+        }
+        gdl__set_error("gdl_cpu_set_fp32_precision(\"bf16\"): the kernel refused the tile registers (AMX needs Linux "
+                       "5.16 or later); the precision stays \"%s\"", gdl_cpu_get_fp32_precision());
+#else
+        gdl__set_error("gdl_cpu_set_fp32_precision(\"bf16\"): this build has no bf16 GEMM (it needs AMX: a CPU that "
+                       "has it and -march=native, on Linux); the precision stays \"%s\"", gdl_cpu_get_fp32_precision());
+#endif
+        return -1;
+    }
+    gdl__set_error("gdl_cpu_set_fp32_precision(\"%s\"): the precisions are \"ieee\" and \"bf16\"",
+                   precision ? precision : "(null)");
+    return -1;
+}
+GPUDL_API const char *gdl_cpu_get_fp32_precision(void) { return gdl__cpu_bf16_gemm ? "bf16" : "ieee"; }
 
 GPUDL_API const char *gdl_gemm_kernel_name(void) {
 #if defined(GDL__GEMM_CBLAS)
