@@ -8453,6 +8453,11 @@ typedef struct gdl__gemm_args {
        only. Each element is the sum a call per product would form. */
     int span;
     ptrdiff_t sBs, sCs;
+    /* bf16 = 1: on the tile unit (gdl__gemm_blocked_amx), its panels after
+       the f32 ones in the packing buffers (gdl__gemm_plan sizes them); read
+       once, from the precision when the arguments are made, so that a plan
+       and its run agree. Not for an implicit GEMM (conv). */
+    int bf16;
 } gdl__gemm_args;
 
 /* A plain product: one segment, no implicit B, no epilogue. */
@@ -8467,6 +8472,7 @@ static void gdl__gemm_args_init(gdl__gemm_args *g, int transA, int transB, int M
     g->lda = lda; g->ldb = ldb; g->ldc = ldc;
     g->nseg = 1;
     g->act = -1;
+    g->bf16 = gdl__cpu_bf16_gemm;
 }
 
 /* gdl__unary1 (src/cpu/elementwise.h): the epilogue's activations are the unary ops' own */
@@ -8613,6 +8619,9 @@ static void gdl__gemm_put(const gdl__gemm_args *g, const gdl_real *tmp, gdl_real
     }
 }
 
+/* Elements of an f32 packing buffer of r x c, rounded up to 64 bytes. */
+static size_t gdl__gemm_f32_size(int r, int c) { return ((size_t)r * c + 15) & ~(size_t)15; }
+
 /* --- bf16 products on AMX (gdl_cpu_set_fp32_precision("bf16")) ----------
    With the f32 precision set to "bf16" (off by default, as PyTorch's
    torch.backends.mkldnn fp32_precision "ieee"), a CPU with AMX (Sapphire
@@ -8645,7 +8654,6 @@ typedef struct {
 } gdl__amx_config;
 static int gdl__amx_state;                /* 0 not asked, 1 granted by the kernel, -1 refused */
 static GDL__TLS int gdl__amx_configured; /* this thread's tile registers are configured */
-static GDL__TLS gdl__gemm_space gdl__amx_space; /* this thread's bf16 panels */
 
 /* Ask Linux for the tile data state (once a process; 5.16 and later). */
 static int gdl__amx_init(void) {
@@ -8728,18 +8736,14 @@ static void gdl__amx_kernel(int ks, const uint16_t *a0, const uint16_t *a1, cons
 #endif
 
 #ifdef GDL__GEMM_AMX
-/* gdl__gemm_blocked's loops on the tile unit (see above). Returns 0, having
-   done nothing, when the thread's bf16 buffers cannot be had. */
-static int gdl__gemm_blocked_amx(const gdl__gemm_args *g, int m0, int m1, int n0, int n1, int mc_blk, int kc_blk,
+/* gdl__gemm_blocked's loops on the tile unit (see above), abuf and bbuf
+   holding the bf16 panels after the f32 ones (gdl__gemm_plan's sizes). */
+static void gdl__gemm_blocked_amx(const gdl__gemm_args *g, int m0, int m1, int n0, int n1, int mc_blk, int kc_blk,
                                  int nc_blk, gdl_real *GDL__RESTRICT abuf, gdl_real *GDL__RESTRICT bbuf) {
-    const int ksmax = (kc_blk + 31) / 32, groups = (mc_blk + 15) / 16, panels = (nc_blk + 31) / 32;
-    const size_t asz = (size_t)groups * ksmax * 512, bsz = (size_t)panels * ksmax * 1024; /* bf16 elements */
+    uint16_t *abf = (uint16_t *)(void *)(abuf + gdl__gemm_f32_size(mc_blk, kc_blk));
+    uint16_t *bbf = (uint16_t *)(void *)(bbuf + gdl__gemm_f32_size(kc_blk, nc_blk));
     GDL__ALIGNAS(64) float t[32 * 32];
-    uint16_t *abf, *bbf;
     int jc, pc, ic, ir, jr, seg, i;
-    if (!gdl__gemm_space_reserve(&gdl__amx_space, (asz + bsz) / 2 + 32)) return 0;
-    abf = (uint16_t *)(void *)gdl__amx_space.buf;
-    bbf = abf + asz;
     if (!gdl__amx_configured) gdl__amx_configure();
     for (jc = n0; jc < n1; jc += nc_blk) {
         const int nc = n1 - jc < nc_blk ? n1 - jc : nc_blk;
@@ -8788,7 +8792,6 @@ static int gdl__gemm_blocked_amx(const gdl__gemm_args *g, int m0, int m1, int n0
             }
         }
     }
-    return 1;
 }
 #endif
 
@@ -8799,7 +8802,10 @@ static void gdl__gemm_blocked(const gdl__gemm_args *g, int m0, int m1, int n0, i
                               int nc_blk, gdl_real *GDL__RESTRICT abuf, gdl_real *GDL__RESTRICT bbuf) {
     int jc, pc, ic, ir, jr, seg;
 #ifdef GDL__GEMM_AMX
-    if (gdl__cpu_bf16_gemm && !g->conv && gdl__gemm_blocked_amx(g, m0, m1, n0, n1, mc_blk, kc_blk, nc_blk, abuf, bbuf)) return;
+    if (g->bf16 && !g->conv) {
+        gdl__gemm_blocked_amx(g, m0, m1, n0, n1, mc_blk, kc_blk, nc_blk, abuf, bbuf);
+        return;
+    }
 #endif
     for (jc = n0; jc < n1; jc += nc_blk) {
         const int nc = n1 - jc < nc_blk ? n1 - jc : nc_blk;
@@ -9117,8 +9123,15 @@ static void gdl__gemm_plan(const gdl__gemm_args *g, gdl__gemm_job *j) {
     j->kc_blk = gdl__gemm_block(g->K, GDL__GEMM_KC, 1);
     j->nc_blk = gdl__gemm_block(g->N, GDL__GEMM_NC, GDL__GEMM_NR);
     /* an A block and a B panel, each rounded up to 64 bytes */
-    j->asz = ((size_t)j->mc_blk * j->kc_blk + 15) & ~(size_t)15;
-    j->bsz = ((size_t)j->kc_blk * j->nc_blk + 15) & ~(size_t)15;
+    j->asz = gdl__gemm_f32_size(j->mc_blk, j->kc_blk);
+    j->bsz = gdl__gemm_f32_size(j->kc_blk, j->nc_blk);
+#ifdef GDL__GEMM_AMX
+    if (g->bf16 && !g->conv) { /* and their bf16 copies (in floats: two bf16 each) */
+        const size_t ks = (size_t)(j->kc_blk + 31) / 32;
+        j->asz += (((size_t)j->mc_blk + 15) / 16 * ks * 512 / 2 + 15) & ~(size_t)15;
+        j->bsz += (((size_t)j->nc_blk + 31) / 32 * ks * 1024 / 2 + 15) & ~(size_t)15;
+    }
+#endif
 }
 
 /* The planned GEMM (K > 0, alpha != 0), the caller holding the pool and
@@ -9157,7 +9170,7 @@ static void gdl__gemm_plan_grid(gdl__gemm_job *j, int threads) {
     j->nbch = (j->pn + GDL__GEMM_BCHUNK - 1) / GDL__GEMM_BCHUNK;
     j->nkc = (g->K + j->kc_blk - 1) / j->kc_blk;
     j->nkb = j->nkc * g->nseg;
-    if (!g->span && !gdl__cpu_bf16_gemm) { /* (the tile unit's path packs its own) */
+    if (!g->span && !(g->bf16 && !g->conv)) { /* (the tile unit's path packs its own) */
         /* A and B whole, each K block kc_blk apart (64-byte multiples), then the flags */
         const size_t asz = ((size_t)j->nkb * j->kc_blk * j->pm * GDL__GEMM_MR + 15) & ~(size_t)15;
         const size_t bsz = ((size_t)j->nkb * j->kc_blk * j->pn * GDL__GEMM_NR + 15) & ~(size_t)15;
@@ -12008,6 +12021,337 @@ static int gdl__dconv_forward(const gdl_conv_geom *g, int groups, int OC, int ac
     gdl__pool_run((g->N + d.nb - 1) / d.nb, gdl__dconv_task, &d);
     return 0;
 }
+
+#ifdef GDL__GEMM_AMX
+/* The bf16 precision's stride-1 convolution on AMX (gdl_cpu_set_fp32_precision):
+   the forward, and the input gradient as the forward of gy over the flipped,
+   transposed weights. Each task takes a sample: its input, padded, goes
+   channel-last into bf16 ([Hq*Wq pixels + a margin][Cp channels], Cp a
+   multiple of 32), so that the input pixels under 16 consecutive outputs of
+   a tap, counted over the padded width Wq, are 16 rows Cp apart: one tile
+   load, with no gathering. The outputs are computed at every padded column
+   (Wq - OW of every Wq are not kept), 32 at a time by 32 channels (4 tiles),
+   the K steps every tap by every 32 input channels. A tile of sums
+   ([position][channel]) is transposed to the output planes, then the
+   forward's epilogue (bias, activation, the pre-activation copy) runs on
+   its runs. The sums are the tile unit's (not "ieee"'s bits); a sample's
+   do not depend on which task has it. */
+typedef struct {
+    const gdl_conv_geom *g;
+    int C, O, H, W, PT, PL, Hq, Wq, OH, OW, KH, KW, DH, DW, Cp, ncb, nob, add;
+    int margin; /* pixels after the padded input: the last tile's reach past it */
+    const gdl_real *x; /* [N][C][H][W] */
+    gdl_real *y;       /* [N][O][OH][OW] */
+    const uint16_t *wb; /* [ob: O/32][tap][cb][2 halves][16 pairs][16][2] */
+    gdl__gemm_args epi; /* the forward's bias, activation and pre (ldc = OH*OW), else none */
+    gdl_real *pre;
+    size_t wsz, tsz;   /* floats: the shared weights; a task's buffer */
+} gdl__aconv_job;
+
+/* One sample's input into xb: channel-last, padded (PT, PL), bf16; zero elsewhere. */
+static void gdl__aconv_input(const gdl__aconv_job *d, const gdl_real *x, uint16_t *xb) {
+    const int Cp = d->Cp, W = d->W;
+    GDL__ALIGNAS(64) float tr[16 * 16];
+    int c0, ih, w0, i;
+    memset(xb, 0, sizeof(uint16_t) * ((size_t)d->Hq * d->Wq + d->margin) * Cp);
+    for (c0 = 0; c0 < d->C; c0 += 16) {
+        const int cn = d->C - c0 < 16 ? d->C - c0 : 16;
+        for (ih = 0; ih < d->H; ih++)
+            for (w0 = 0; w0 < W; w0 += 16) {
+                const int wn = W - w0 < 16 ? W - w0 : 16;
+                uint16_t *dst = xb + ((size_t)(ih + d->PT) * d->Wq + d->PL + w0) * Cp + c0;
+                /* tr[pixel][channel] from [channel][pixel] rows; channels past cn zero */
+                if (wn == 16) {
+                    gdl__dconv_tr16(x + ((ptrdiff_t)c0 * d->H + ih) * W + w0, (ptrdiff_t)d->H * W, cn, tr, 16, 16);
+                } else {
+                    float blk[16 * 16];
+                    int c, j;
+                    for (c = 0; c < 16; c++)
+                        for (j = 0; j < 16; j++)
+                            blk[c * 16 + j] = c < cn && j < wn ? x[((ptrdiff_t)(c0 + c) * d->H + ih) * W + w0 + j] : 0.0f;
+                    gdl__dconv_tr16(blk, 16, 16, tr, 16, 16);
+                }
+                for (i = 0; i < wn; i++)
+                    _mm256_storeu_si256((__m256i *)(void *)(dst + (size_t)i * Cp),
+                                        (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(tr + i * 16)));
+            }
+    }
+}
+
+static void gdl__aconv_task(void *p, int t, int nt) {
+    const gdl__aconv_job *d = (const gdl__aconv_job *)p;
+    const int Cp = d->Cp, Wq = d->Wq, OHW = d->OH * d->OW, nq = d->OH * Wq, ntap = d->KH * d->KW;
+    const size_t kstep = (size_t)d->ncb * 1024; /* bf16 elements of one tap's weights, a 32-channel block */
+    uint16_t *xb = (uint16_t *)(void *)(gdl__gemm_shared.buf + d->wsz + (size_t)gdl__gemm_slot() * d->tsz);
+    GDL__ALIGNAS(64) float s[32 * 32], st[32 * 32];
+    gdl_real *y = d->y + (ptrdiff_t)t * d->O * OHW;
+    gdl_real *pre = d->pre ? d->pre + (ptrdiff_t)t * d->O * OHW : NULL;
+    int q0, ob, tap, cb, i, o, k;
+    (void)nt;
+    if (!gdl__amx_configured) gdl__amx_configure();
+    gdl__aconv_input(d, d->x + (ptrdiff_t)t * d->C * d->H * d->W, xb);
+    for (q0 = 0; q0 < nq; q0 += 32) {
+        int run_i[40], run_at[40], run_len[40], nrun = 0;
+        for (i = 0; i < 32 && q0 + i < nq;) { /* the kept outputs among positions q0 .. q0+31: runs along a row */
+            const int q = q0 + i, oh = q / Wq, ow = q % Wq;
+            int len = d->OW - ow;
+            if (len <= 0) {
+                i += Wq - ow;
+                continue;
+            }
+            if (len > 32 - i) len = 32 - i;
+            run_i[nrun] = i;
+            run_at[nrun] = oh * d->OW + ow;
+            run_len[nrun++] = len;
+            i += len;
+        }
+        if (!nrun) continue;
+        for (ob = 0; ob < d->nob; ob++) {
+            const uint16_t *wo = d->wb + (size_t)ob * ntap * kstep;
+            const int on = d->O - ob * 32 < 32 ? d->O - ob * 32 : 32;
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (tap = 0; tap < ntap; tap++) {
+                const int kh = tap / d->KW, kw = tap % d->KW;
+                const uint16_t *xa = xb + ((size_t)q0 + (size_t)kh * d->DH * Wq + (size_t)kw * d->DW) * Cp;
+                for (cb = 0; cb < d->ncb; cb++) {
+                    const uint16_t *wt = wo + (size_t)tap * kstep + (size_t)cb * 1024;
+                    _tile_loadd(4, xa + cb * 32, Cp * 2);
+                    _tile_loadd(5, xa + (size_t)16 * Cp + cb * 32, Cp * 2);
+                    _tile_loadd(6, wt, 64);
+                    _tile_loadd(7, wt + 512, 64);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+            }
+            _tile_stored(0, s, 128);
+            _tile_stored(1, s + 16, 128);
+            _tile_stored(2, s + 512, 128);
+            _tile_stored(3, s + 528, 128);
+            for (k = 0; k < 4; k++) /* st[channel][position] */
+                gdl__dconv_tr16(s + (k >> 1) * 512 + (k & 1) * 16, 32, 16, st + (k & 1) * 512 + (k >> 1) * 16, 32, 16);
+            for (o = 0; o < on; o++) {
+                gdl_real *yo = y + (ptrdiff_t)(ob * 32 + o) * OHW;
+                const float *so = st + o * 32;
+                for (k = 0; k < nrun; k++) {
+                    gdl_real *dst = yo + run_at[k];
+                    const float *src = so + run_i[k];
+                    if (d->add)
+                        for (i = 0; i < run_len[k]; i++) dst[i] += src[i];
+                    else
+                        memcpy(dst, src, sizeof(gdl_real) * (size_t)run_len[k]);
+                }
+            }
+            if (d->epi.bias || pre || d->epi.act >= 0)
+                for (k = 0; k < nrun; k++) gdl__gemm_epi_at(&d->epi, y, pre, ob * 32, on, run_at[k], run_len[k]);
+        }
+    }
+}
+
+/* Where it runs: bf16 precision, stride 1, one group, at least 8 input and 16 output channels (fewer
+   would leave most of a tile's 32 channels empty). */
+static int gdl__aconv_pays(const gdl_conv_geom *g, int groups, int C, int O) {
+    return gdl__cpu_bf16_gemm && groups == 1 && g->SH == 1 && g->SW == 1 && C >= 8 && O >= 16;
+}
+
+/* The stride-1 convolution of x [N][C][H][W], padded (PT, PL) to Hq x Wq, by the
+   weights wt(o, c, kh, kw) = w[o][c][kh][kw] (flip 0: the forward) or
+   w[c][o][KH-1-kh][KW-1-kw] (flip 1: the input gradient, w [C][O][KH][KW] being the
+   forward's [OC][C]), into y [N][O][OH][OW] (add: y +=). The caller holds the pool.
+   0 done, 1 no memory (nothing done). */
+static int gdl__aconv_run(const gdl_conv_geom *g, int C, int O, int H, int W, int PT, int PL, int Hq, int Wq, int OH,
+                          int OW, int flip, int add, const gdl_real *x, const gdl_real *w, gdl_real *y,
+                          const gdl_real *bias, int act, gdl_real *pre, int threads) {
+    const int KH = g->KH, KW = g->KW, ntap = KH * KW;
+    gdl__aconv_job d;
+    uint16_t *wb;
+    int ob, tap, cb, kp, o, e;
+    memset(&d, 0, sizeof d);
+    d.g = g; d.C = C; d.O = O; d.H = H; d.W = W; d.PT = PT; d.PL = PL; d.Hq = Hq; d.Wq = Wq; d.OH = OH; d.OW = OW;
+    d.KH = KH; d.KW = KW; d.DH = g->DH; d.DW = g->DW; d.add = add; d.x = x; d.y = y; d.pre = pre;
+    d.Cp = (C + 31) / 32 * 32;
+    d.ncb = d.Cp / 32;
+    d.nob = (O + 31) / 32;
+    gdl__gemm_args_init(&d.epi, 0, 0, O, OH * OW, 1, 1, NULL, 0, NULL, 0, 0, NULL, OH * OW);
+    d.epi.bias = bias;
+    d.epi.act = act;
+    d.wsz = ((size_t)d.nob * ntap * d.ncb * 1024 / 2 + 15) & ~(size_t)15;
+    d.margin = 32 + (KW - 1) * g->DW;
+    d.tsz = ((((size_t)Hq * Wq + d.margin) * d.Cp) / 2 + 15) & ~(size_t)15;
+    if (sizeof(gdl_real) * ((double)d.wsz + (double)threads * d.tsz) > (double)GDL__DCONV_MAX ||
+        !gdl__gemm_reserve(d.wsz + (size_t)threads * d.tsz))
+        return 1;
+    wb = (uint16_t *)(void *)gdl__gemm_shared.buf;
+    for (ob = 0; ob < d.nob; ob++)
+        for (tap = 0; tap < ntap; tap++)
+            for (cb = 0; cb < d.ncb; cb++)
+                for (e = 0; e < 2; e++) /* the two halves: channels o 0-15, 16-31 of the block */
+                    for (kp = 0; kp < 16; kp++)
+                        for (o = 0; o < 32; o++) {
+                            const int oc = ob * 32 + e * 16 + o % 16, c = cb * 32 + 2 * kp + o / 16;
+                            const int kh = tap / KW, kw = tap % KW;
+                            float v = 0;
+                            if (oc < O && c < C)
+                                v = flip ? w[(((ptrdiff_t)c * O + oc) * KH + KH - 1 - kh) * KW + KW - 1 - kw]
+                                         : w[(((ptrdiff_t)oc * C + c) * KH + kh) * KW + kw];
+                            wb[((((size_t)ob * ntap + tap) * d.ncb + cb) * 2 + e) * 512 + (size_t)kp * 32 +
+                               (o % 16) * 2 + o / 16] = gdl_f32_to_bf16(v);
+                        }
+    d.wb = wb;
+    gdl__pool_run(g->N, gdl__aconv_task, &d);
+    return 0;
+}
+
+/* The bf16 precision's weight gradient of a stride-1 convolution on AMX:
+   gw[o][c][kh][kw] += the sum over the samples and output pixels of
+   gy[o][oh][ow] x[c][oh + kh DH - PH][ow + kw DW - PW]. The K of the tile
+   products runs over the output positions counted over the padded width
+   (q = oh Wq + ow; gy's copy is zero at the Wq - OW columns it does not
+   have): an A tile is 16 channels of gy by 32 positions ([O][Lk] bf16), a
+   B tile 16 pairs of positions by 16 input channels, read from the padded
+   input channel-last with each pair of positions side by side ([pair][Cp][2]:
+   one copy for taps at an even offset q + t, one shifted by a position for
+   the odd ones). The batch goes in chunks of GDL__AGW_CHUNK samples, each
+   chunk's sums into its own block of partial sums (4 tiles of 32 x 32 for
+   every tap, 32 output and 32 input channels), the chunks then added into
+   gw in their order: the bits do not depend on which thread took a chunk. */
+#ifndef GDL__AGW_CHUNK
+#define GDL__AGW_CHUNK 16
+#endif
+typedef struct {
+    gdl__aconv_job a;    /* the input's geometry and channel-last copy (gdl__aconv_input) */
+    int N, O, Op, nob, Lk, nchunk;
+    const gdl_real *gy;  /* [N][O][OH][OW] */
+    float *part;         /* [chunk][tap][ob][cb][32][32] */
+    size_t psz;          /* floats a chunk's partial sums */
+} gdl__agw_job;
+
+static void gdl__agw_task(void *p, int t, int nt) {
+    const gdl__agw_job *d = (const gdl__agw_job *)p;
+    const gdl__aconv_job *a = &d->a;
+    const int Cp = a->Cp, Wq = a->Wq, ntap = a->KH * a->KW, OHW = a->OH * a->OW, npos = a->Hq * Wq + a->margin;
+    const int npair = npos / 2;
+    uint16_t *xcl = (uint16_t *)(void *)(gdl__gemm_shared.buf + a->wsz + (size_t)gdl__gemm_slot() * a->tsz);
+    uint16_t *xv0 = xcl + (size_t)npos * Cp, *xv1 = xv0 + (size_t)npair * Cp * 2;
+    uint16_t *gyb = xv1 + (size_t)npair * Cp * 2;
+    float *part = d->part + (size_t)t * d->psz;
+    const __m512i lo = _mm512_setr_epi32(0x200000, 0x210001, 0x220002, 0x230003, 0x240004, 0x250005, 0x260006,
+                                         0x270007, 0x280008, 0x290009, 0x2a000a, 0x2b000b, 0x2c000c, 0x2d000d,
+                                         0x2e000e, 0x2f000f);
+    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    int n, n0 = t * GDL__AGW_CHUNK, n1 = n0 + GDL__AGW_CHUNK < d->N ? n0 + GDL__AGW_CHUNK : d->N;
+    int i, o, oh, tap, ob, cb, q0;
+    (void)nt;
+    if (!gdl__amx_configured) gdl__amx_configure();
+    for (n = n0; n < n1; n++) {
+        const gdl_real *gyn = d->gy + (ptrdiff_t)n * d->O * OHW;
+        gdl__aconv_input(a, a->x + (ptrdiff_t)n * a->C * a->H * a->W, xcl);
+        for (i = 0; i + 1 < npos; i += 2) { /* positions (i, i+1) into xv0, (i+1, i+2) into xv1 */
+            int c;
+            for (c = 0; c < Cp; c += 32) {
+                const __m512i a0 = _mm512_loadu_si512((const void *)(xcl + (size_t)i * Cp + c));
+                const __m512i a1 = _mm512_loadu_si512((const void *)(xcl + (size_t)(i + 1) * Cp + c));
+                const __m512i a2 = i + 2 < npos ? _mm512_loadu_si512((const void *)(xcl + (size_t)(i + 2) * Cp + c))
+                                                : _mm512_setzero_si512();
+                uint16_t *d0 = xv0 + ((size_t)(i / 2) * Cp + c) * 2, *d1 = xv1 + ((size_t)(i / 2) * Cp + c) * 2;
+                _mm512_storeu_si512((void *)d0, _mm512_permutex2var_epi16(a0, lo, a1));
+                _mm512_storeu_si512((void *)(d0 + 32), _mm512_permutex2var_epi16(a0, hi, a1));
+                _mm512_storeu_si512((void *)d1, _mm512_permutex2var_epi16(a1, lo, a2));
+                _mm512_storeu_si512((void *)(d1 + 32), _mm512_permutex2var_epi16(a1, hi, a2));
+            }
+        }
+        memset(gyb, 0, sizeof(uint16_t) * (size_t)d->Op * d->Lk);
+        for (o = 0; o < d->O; o++)
+            for (oh = 0; oh < a->OH; oh++) {
+                const gdl_real *src = gyn + (ptrdiff_t)o * OHW + (ptrdiff_t)oh * a->OW;
+                uint16_t *dst = gyb + (size_t)o * d->Lk + (size_t)oh * Wq;
+                int ow;
+                for (ow = 0; ow < a->OW; ow += 16) {
+                    const int k = a->OW - ow < 16 ? a->OW - ow : 16;
+                    const __mmask16 m = (__mmask16)((1u << k) - 1);
+                    _mm256_mask_storeu_epi16((void *)(dst + ow), m,
+                                             (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + ow)));
+                }
+            }
+        for (tap = 0; tap < ntap; tap++) {
+            const int off = tap / a->KW * a->DH * Wq + tap % a->KW * a->DW;
+            const uint16_t *xv = off % 2 ? xv1 + (size_t)(off - 1) / 2 * Cp * 2 : xv0 + (size_t)off / 2 * Cp * 2;
+            for (ob = 0; ob < d->nob; ob++)
+                for (cb = 0; cb < a->ncb; cb++) {
+                    float *acc = part + (((size_t)tap * d->nob + ob) * a->ncb + cb) * 1024;
+                    const uint16_t *g0 = gyb + (size_t)ob * 32 * d->Lk;
+                    if (n == n0) {
+                        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+                    } else {
+                        _tile_loadd(0, acc, 128); _tile_loadd(1, acc + 16, 128);
+                        _tile_loadd(2, acc + 512, 128); _tile_loadd(3, acc + 528, 128);
+                    }
+                    for (q0 = 0; q0 < d->Lk; q0 += 32) {
+                        const uint16_t *b = xv + ((size_t)q0 / 2 * Cp + (size_t)cb * 32) * 2;
+                        _tile_loadd(4, g0 + q0, d->Lk * 2);
+                        _tile_loadd(5, g0 + (size_t)16 * d->Lk + q0, d->Lk * 2);
+                        _tile_loadd(6, b, Cp * 4);
+                        _tile_loadd(7, b + 32, Cp * 4);
+                        _tile_dpbf16ps(0, 4, 6);
+                        _tile_dpbf16ps(1, 4, 7);
+                        _tile_dpbf16ps(2, 5, 6);
+                        _tile_dpbf16ps(3, 5, 7);
+                    }
+                    _tile_stored(0, acc, 128); _tile_stored(1, acc + 16, 128);
+                    _tile_stored(2, acc + 512, 128); _tile_stored(3, acc + 528, 128);
+                }
+        }
+    }
+}
+
+/* The weight gradient (gw += ...) by the tile unit; the caller holds the pool. 0 done, 1 no memory. */
+static int gdl__agw_run(const gdl_conv_geom *g, int OC, const gdl_real *x, const gdl_real *gy, gdl_real *gw,
+                        int threads) {
+    const int KK = g->KH * g->KW;
+    gdl__agw_job d;
+    gdl__aconv_job *a = &d.a;
+    size_t tsz, npos;
+    int ch, tap, ob, cb, o, c;
+    memset(&d, 0, sizeof d);
+    a->g = g; a->C = g->C; a->O = OC; a->H = g->H; a->W = g->W; a->PT = g->PH; a->PL = g->PW;
+    a->Hq = g->H + 2 * g->PH; a->Wq = g->W + 2 * g->PW; a->OH = g->OH; a->OW = g->OW;
+    a->KH = g->KH; a->KW = g->KW; a->DH = g->DH; a->DW = g->DW; a->x = x;
+    a->Cp = (g->C + 31) / 32 * 32;
+    a->ncb = a->Cp / 32;
+    /* past the last position a K step reads: the farthest tap, 32 positions, one for the shifted copy, even */
+    a->margin = ((g->KH - 1) * g->DH * a->Wq + (g->KW - 1) * g->DW + 34 + 1) & ~1;
+    npos = (size_t)a->Hq * a->Wq + a->margin;
+    d.N = g->N; d.O = OC; d.gy = gy;
+    d.nob = (OC + 31) / 32;
+    d.Op = d.nob * 32;
+    d.Lk = (g->OH * a->Wq + 31) / 32 * 32;
+    d.nchunk = (g->N + GDL__AGW_CHUNK - 1) / GDL__AGW_CHUNK;
+    d.psz = (size_t)KK * d.nob * a->ncb * 1024;
+    /* a thread's buffer: the channel-last input, its two paired copies, gy's copy (bf16: halves of floats) */
+    tsz = npos * a->Cp + npos / 2 * a->Cp * 2 * 2 + (size_t)d.Op * d.Lk;
+    a->tsz = ((tsz + 1) / 2 + 15) & ~(size_t)15;
+    a->wsz = ((size_t)d.nchunk * d.psz + 15) & ~(size_t)15;
+    if (sizeof(gdl_real) * ((double)a->wsz + (double)threads * a->tsz) > (double)GDL__DCONV_MAX ||
+        !gdl__gemm_reserve(a->wsz + (size_t)threads * a->tsz))
+        return 1;
+    d.part = gdl__gemm_shared.buf;
+    gdl__pool_run(d.nchunk, gdl__agw_task, &d);
+    for (ch = 0; ch < d.nchunk; ch++) /* the chunks in order */
+        for (tap = 0; tap < KK; tap++)
+            for (ob = 0; ob < d.nob; ob++)
+                for (cb = 0; cb < a->ncb; cb++) {
+                    const float *acc = d.part + (size_t)ch * d.psz + (((size_t)tap * d.nob + ob) * a->ncb + cb) * 1024;
+                    for (o = 0; o < 32 && ob * 32 + o < OC; o++)
+                        for (c = 0; c < 32 && cb * 32 + c < g->C; c++)
+                            gw[((ptrdiff_t)(ob * 32 + o) * g->C + cb * 32 + c) * KK + tap] += acc[o * 32 + c];
+                }
+    return 0;
+}
+#endif
 #endif
 
 /* Group gi's implicit GEMM of pass 0 (y = W col(x) + bias, act) or 1 (gw += sum over n of gy[n] col(x[n])^T;
@@ -12060,6 +12404,26 @@ static int gdl__cpu_conv_implicit(int pass, const gdl_conv_geom *g, int groups, 
     /* the input gradient's tasks are the samples: fewer samples than threads would leave threads idle */
     if (pass == 2 && threads > 1 && g->N < threads) return 1;
     if (!gdl__pool_acquire()) return 1; /* another thread's GEMM has the packing buffers */
+#ifdef GDL__GEMM_AMX
+    if (pass == 0 && gdl__aconv_pays(g, groups, g->C, OC) &&
+        gdl__aconv_run(g, g->C, OC, g->H, g->W, g->PH, g->PW, g->H + 2 * g->PH, g->W + 2 * g->PW, g->OH, g->OW, 0, 0, x,
+                       w, out, bias, act, pre, threads) == 0) {
+        gdl__pool_release();
+        return 0;
+    }
+    if (pass == 1 && gdl__aconv_pays(g, groups, g->C, OC) && g->OH * (g->W + 2 * g->PW) >= 32 && gdl__agw_run(g, OC, x, gy, out, threads) == 0) {
+        gdl__pool_release();
+        return 0;
+    }
+    if (pass == 2 && gdl__aconv_pays(g, groups, OC, g->C) && g->PH <= g->DH * (g->KH - 1) &&
+        g->PW <= g->DW * (g->KW - 1) &&
+        gdl__aconv_run(g, OC, g->C, g->OH, g->OW, g->DH * (g->KH - 1) - g->PH, g->DW * (g->KW - 1) - g->PW,
+                       g->H + g->DH * (g->KH - 1), g->W + g->DW * (g->KW - 1), g->H, g->W, 1, 1, gy, w, out, NULL, -1,
+                       NULL, threads) == 0) {
+        gdl__pool_release();
+        return 0;
+    }
+#endif
 #ifdef GDL__DCONV
     if (pass == 0 && gdl__conv_path != 2 && gdl__dconv_pays(g, groups, OC) &&
         gdl__dconv_forward(g, groups, OC, act, x, w, bias, out, pre, threads) == 0) {

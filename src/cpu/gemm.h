@@ -938,6 +938,11 @@ typedef struct gdl__gemm_args {
        only. Each element is the sum a call per product would form. */
     int span;
     ptrdiff_t sBs, sCs;
+    /* bf16 = 1: on the tile unit (gdl__gemm_blocked_amx), its panels after
+       the f32 ones in the packing buffers (gdl__gemm_plan sizes them); read
+       once, from the precision when the arguments are made, so that a plan
+       and its run agree. Not for an implicit GEMM (conv). */
+    int bf16;
 } gdl__gemm_args;
 
 /* A plain product: one segment, no implicit B, no epilogue. */
@@ -952,6 +957,7 @@ static void gdl__gemm_args_init(gdl__gemm_args *g, int transA, int transB, int M
     g->lda = lda; g->ldb = ldb; g->ldc = ldc;
     g->nseg = 1;
     g->act = -1;
+    g->bf16 = gdl__cpu_bf16_gemm;
 }
 
 /* gdl__unary1 (src/cpu/elementwise.h): the epilogue's activations are the unary ops' own */
@@ -1098,6 +1104,9 @@ static void gdl__gemm_put(const gdl__gemm_args *g, const gdl_real *tmp, gdl_real
     }
 }
 
+/* Elements of an f32 packing buffer of r x c, rounded up to 64 bytes. */
+static size_t gdl__gemm_f32_size(int r, int c) { return ((size_t)r * c + 15) & ~(size_t)15; }
+
 /* --- bf16 products on AMX (gdl_cpu_set_fp32_precision("bf16")) ----------
    With the f32 precision set to "bf16" (off by default, as PyTorch's
    torch.backends.mkldnn fp32_precision "ieee"), a CPU with AMX (Sapphire
@@ -1130,7 +1139,6 @@ typedef struct {
 } gdl__amx_config;
 static int gdl__amx_state;                /* 0 not asked, 1 granted by the kernel, -1 refused */
 static GDL__TLS int gdl__amx_configured; /* this thread's tile registers are configured */
-static GDL__TLS gdl__gemm_space gdl__amx_space; /* this thread's bf16 panels */
 
 /* Ask Linux for the tile data state (once a process; 5.16 and later). */
 static int gdl__amx_init(void) {
@@ -1213,18 +1221,14 @@ static void gdl__amx_kernel(int ks, const uint16_t *a0, const uint16_t *a1, cons
 #endif
 
 #ifdef GDL__GEMM_AMX
-/* gdl__gemm_blocked's loops on the tile unit (see above). Returns 0, having
-   done nothing, when the thread's bf16 buffers cannot be had. */
-static int gdl__gemm_blocked_amx(const gdl__gemm_args *g, int m0, int m1, int n0, int n1, int mc_blk, int kc_blk,
+/* gdl__gemm_blocked's loops on the tile unit (see above), abuf and bbuf
+   holding the bf16 panels after the f32 ones (gdl__gemm_plan's sizes). */
+static void gdl__gemm_blocked_amx(const gdl__gemm_args *g, int m0, int m1, int n0, int n1, int mc_blk, int kc_blk,
                                  int nc_blk, gdl_real *GDL__RESTRICT abuf, gdl_real *GDL__RESTRICT bbuf) {
-    const int ksmax = (kc_blk + 31) / 32, groups = (mc_blk + 15) / 16, panels = (nc_blk + 31) / 32;
-    const size_t asz = (size_t)groups * ksmax * 512, bsz = (size_t)panels * ksmax * 1024; /* bf16 elements */
+    uint16_t *abf = (uint16_t *)(void *)(abuf + gdl__gemm_f32_size(mc_blk, kc_blk));
+    uint16_t *bbf = (uint16_t *)(void *)(bbuf + gdl__gemm_f32_size(kc_blk, nc_blk));
     GDL__ALIGNAS(64) float t[32 * 32];
-    uint16_t *abf, *bbf;
     int jc, pc, ic, ir, jr, seg, i;
-    if (!gdl__gemm_space_reserve(&gdl__amx_space, (asz + bsz) / 2 + 32)) return 0;
-    abf = (uint16_t *)(void *)gdl__amx_space.buf;
-    bbf = abf + asz;
     if (!gdl__amx_configured) gdl__amx_configure();
     for (jc = n0; jc < n1; jc += nc_blk) {
         const int nc = n1 - jc < nc_blk ? n1 - jc : nc_blk;
@@ -1273,7 +1277,6 @@ static int gdl__gemm_blocked_amx(const gdl__gemm_args *g, int m0, int m1, int n0
             }
         }
     }
-    return 1;
 }
 #endif
 
@@ -1284,7 +1287,10 @@ static void gdl__gemm_blocked(const gdl__gemm_args *g, int m0, int m1, int n0, i
                               int nc_blk, gdl_real *GDL__RESTRICT abuf, gdl_real *GDL__RESTRICT bbuf) {
     int jc, pc, ic, ir, jr, seg;
 #ifdef GDL__GEMM_AMX
-    if (gdl__cpu_bf16_gemm && !g->conv && gdl__gemm_blocked_amx(g, m0, m1, n0, n1, mc_blk, kc_blk, nc_blk, abuf, bbuf)) return;
+    if (g->bf16 && !g->conv) {
+        gdl__gemm_blocked_amx(g, m0, m1, n0, n1, mc_blk, kc_blk, nc_blk, abuf, bbuf);
+        return;
+    }
 #endif
     for (jc = n0; jc < n1; jc += nc_blk) {
         const int nc = n1 - jc < nc_blk ? n1 - jc : nc_blk;
@@ -1602,8 +1608,15 @@ static void gdl__gemm_plan(const gdl__gemm_args *g, gdl__gemm_job *j) {
     j->kc_blk = gdl__gemm_block(g->K, GDL__GEMM_KC, 1);
     j->nc_blk = gdl__gemm_block(g->N, GDL__GEMM_NC, GDL__GEMM_NR);
     /* an A block and a B panel, each rounded up to 64 bytes */
-    j->asz = ((size_t)j->mc_blk * j->kc_blk + 15) & ~(size_t)15;
-    j->bsz = ((size_t)j->kc_blk * j->nc_blk + 15) & ~(size_t)15;
+    j->asz = gdl__gemm_f32_size(j->mc_blk, j->kc_blk);
+    j->bsz = gdl__gemm_f32_size(j->kc_blk, j->nc_blk);
+#ifdef GDL__GEMM_AMX
+    if (g->bf16 && !g->conv) { /* and their bf16 copies (in floats: two bf16 each) */
+        const size_t ks = (size_t)(j->kc_blk + 31) / 32;
+        j->asz += (((size_t)j->mc_blk + 15) / 16 * ks * 512 / 2 + 15) & ~(size_t)15;
+        j->bsz += (((size_t)j->nc_blk + 31) / 32 * ks * 1024 / 2 + 15) & ~(size_t)15;
+    }
+#endif
 }
 
 /* The planned GEMM (K > 0, alpha != 0), the caller holding the pool and
@@ -1642,7 +1655,7 @@ static void gdl__gemm_plan_grid(gdl__gemm_job *j, int threads) {
     j->nbch = (j->pn + GDL__GEMM_BCHUNK - 1) / GDL__GEMM_BCHUNK;
     j->nkc = (g->K + j->kc_blk - 1) / j->kc_blk;
     j->nkb = j->nkc * g->nseg;
-    if (!g->span && !gdl__cpu_bf16_gemm) { /* (the tile unit's path packs its own) */
+    if (!g->span && !(g->bf16 && !g->conv)) { /* (the tile unit's path packs its own) */
         /* A and B whole, each K block kc_blk apart (64-byte multiples), then the flags */
         const size_t asz = ((size_t)j->nkb * j->kc_blk * j->pm * GDL__GEMM_MR + 15) & ~(size_t)15;
         const size_t bsz = ((size_t)j->nkb * j->kc_blk * j->pn * GDL__GEMM_NR + 15) & ~(size_t)15;
