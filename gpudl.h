@@ -12157,6 +12157,14 @@ static void gdl__aconv_task(void *p, int t, int nt) {
 static int gdl__aconv_pays(const gdl_conv_geom *g, int groups, int C, int O) {
     return gdl__cpu_bf16_gemm && groups == 1 && g->SH == 1 && g->SW == 1 && C >= 8 && O >= 16;
 }
+/* ... for pass (conv_implicit's) of a convolution of OC output channels: the input gradient's padding
+   within the kernel's reach (gy padded, not cropped), the weight gradient's maps at least 32 positions
+   over the padded width (below, its one K step a sample is mostly padding: the f32 kernel is faster). */
+static int gdl__aconv_takes(int pass, const gdl_conv_geom *g, int groups, int OC) {
+    if (pass == 0) return gdl__aconv_pays(g, groups, g->C, OC);
+    if (pass == 1) return gdl__aconv_pays(g, groups, g->C, OC) && g->OH * (g->W + 2 * g->PW) >= 32;
+    return gdl__aconv_pays(g, groups, OC, g->C) && g->PH <= g->DH * (g->KH - 1) && g->PW <= g->DW * (g->KW - 1);
+}
 
 /* The stride-1 convolution of x [N][C][H][W], padded (PT, PL) to Hq x Wq, by the
    weights wt(o, c, kh, kw) = w[o][c][kh][kw] (flip 0: the forward) or
@@ -12401,22 +12409,26 @@ static int gdl__cpu_conv_implicit(int pass, const gdl_conv_geom *g, int groups, 
     int gi, n, nb;
     if (gdl__conv_path == 0) return 1;
     if (g->N <= 0 || OCg <= 0 || CgKK <= 0) return 1;
-    /* the input gradient's tasks are the samples: fewer samples than threads would leave threads idle */
+    /* the input gradient's tasks are the samples: fewer samples than threads would leave threads idle (but
+       the tile unit's bits are its own: it takes its passes whatever the thread count) */
+#ifdef GDL__GEMM_AMX
+    if (pass == 2 && threads > 1 && g->N < threads && !gdl__aconv_takes(2, g, groups, OC)) return 1;
+#else
     if (pass == 2 && threads > 1 && g->N < threads) return 1;
+#endif
     if (!gdl__pool_acquire()) return 1; /* another thread's GEMM has the packing buffers */
 #ifdef GDL__GEMM_AMX
-    if (pass == 0 && gdl__aconv_pays(g, groups, g->C, OC) &&
+    if (pass == 0 && gdl__aconv_takes(0, g, groups, OC) &&
         gdl__aconv_run(g, g->C, OC, g->H, g->W, g->PH, g->PW, g->H + 2 * g->PH, g->W + 2 * g->PW, g->OH, g->OW, 0, 0, x,
                        w, out, bias, act, pre, threads) == 0) {
         gdl__pool_release();
         return 0;
     }
-    if (pass == 1 && gdl__aconv_pays(g, groups, g->C, OC) && g->OH * (g->W + 2 * g->PW) >= 32 && gdl__agw_run(g, OC, x, gy, out, threads) == 0) {
+    if (pass == 1 && gdl__aconv_takes(1, g, groups, OC) && gdl__agw_run(g, OC, x, gy, out, threads) == 0) {
         gdl__pool_release();
         return 0;
     }
-    if (pass == 2 && gdl__aconv_pays(g, groups, OC, g->C) && g->PH <= g->DH * (g->KH - 1) &&
-        g->PW <= g->DW * (g->KW - 1) &&
+    if (pass == 2 && gdl__aconv_takes(2, g, groups, OC) &&
         gdl__aconv_run(g, OC, g->C, g->OH, g->OW, g->DH * (g->KH - 1) - g->PH, g->DW * (g->KW - 1) - g->PW,
                        g->H + g->DH * (g->KH - 1), g->W + g->DW * (g->KW - 1), g->H, g->W, 1, 1, gy, w, out, NULL, -1,
                        NULL, threads) == 0) {

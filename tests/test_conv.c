@@ -7,7 +7,9 @@
    against a direct double loop; its bits at 1, 2 and 3 threads; its
    fallback when the GEMM's buffers are held by someone else; linear_act's
    epilogue against linear then the activation; the backend's bf16
-   backwards set (not add to) an unset gradient when told. One translation
+   backwards set (not add to) an unset gradient when told; the bf16
+   precision's convolutions (AMX) against the direct loop and across thread
+   counts. One translation
    unit with the implementation: it picks the path through gdl__conv_path. */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
@@ -83,6 +85,14 @@ static const conv_case cases[] = {
        weight gradient's sums stay in registers through a chunk: gdl__dconv_kernel_ns) */
     {"direct_gx_3x3",  5, 32,  3,  3, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NO_ACT},
     {"direct_gx_2x2",  3, 16,  2,  2, 17, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, GDL_ACT_RELU},
+    /* the bf16 precision's tile-unit convolutions (stride 1, one group, >= 8 input and 16 output channels):
+       input channels padded to 32, output channels not a multiple of 32, dilation, no padding, 5x5, a
+       one-pixel-wide map, the speedrun's second layer */
+    {"amx_c33_o40",    5, 33,  9, 10, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, GDL_ACT_RELU},
+    {"amx_d2_p2",      2, 16, 11,  9, 20, 3, 3, 1, 1, 2, 2, 2, 2, 1, 1, NO_ACT},
+    {"amx_k5_p0",      3, 40,  8,  7, 16, 5, 5, 1, 1, 0, 0, 1, 1, 1, 0, NO_ACT},
+    {"amx_width1",     2, 16,  5,  1, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NO_ACT},
+    {"amx_c9_28",      3,  9, 28, 28, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NO_ACT},
 };
 
 typedef struct {
@@ -230,12 +240,18 @@ static void ref_conv(const conv_case *c, const conv_io *io, const double *gy, co
                 }
 }
 
+/* The direct loop's tolerance, a fraction of the sum of the products' magnitudes: f32 sums; the bf16
+   precision's test sets 8e-3 (bf16 keeps 8 significant bits: each operand within 2^-8 of its value, a
+   product of two within 2^-7). */
+static double near_tol = 1e-5;
+
 static enum harness_result near(const char *c, const char *what, const float *got, const double *ref,
                                 const double *mag, int64_t n) {
     int64_t i;
     for (i = 0; i < n; i++)
-        if (!(fabs(got[i] - ref[i]) <= 1e-5 * mag[i] + 1e-6))
-            FAILf("%s: %s[%lld] = %.9g, the direct loop's %.9g", c, what, (long long)i, got[i], ref[i]);
+        if (!(fabs(got[i] - ref[i]) <= near_tol * mag[i] + 1e-6))
+            FAILf("%s: %s[%lld] = %.9g, the direct loop's %.9g (its products' magnitudes %.9g)", c, what, (long long)i,
+                  got[i], ref[i], mag[i]);
     PASS();
 }
 
@@ -259,7 +275,7 @@ static enum harness_result against_direct_loop(const conv_case *c, const conv_io
         ref_conv(c, io, gy, &R);
         for (i = 0; i < ny && hr == HARNESS_PASS; i++) {
             const double want = c->act == GDL_ACT_RELU ? (R.y[i] > 0 ? R.y[i] : 0) : R.y[i];
-            if (!(fabs(res->y[i] - want) <= 1e-5 * R.ya[i] + 1e-6)) {
+            if (!(fabs(res->y[i] - want) <= near_tol * R.ya[i] + 1e-6)) {
                 free(buf);
                 FAILf("%s: y[%lld] = %.9g, the direct loop's %.9g", c->name, (long long)i, res->y[i], want);
             }
@@ -303,6 +319,43 @@ TEST conv_paths_agree(const conv_case *c) {
         free_res(&cur);
     }
     free_res(&old);
+    free_io(&io);
+    gdl_set_num_threads(0);
+    return hr;
+}
+
+/* The bf16 precision (gdl_cpu_set_fp32_precision): the direct loop's results to bf16's rounding, the same
+   bits at 1, 2 and 3 threads, and, where the tile unit's convolution takes the case, other bits than
+   "ieee" (the path ran). Skipped where there is no AMX. */
+TEST conv_bf16_precision(const conv_case *c) {
+    const int tile_unit = c->sh == 1 && c->sw == 1 && c->groups == 1 && c->C >= 8 && c->OC >= 16;
+    conv_io io;
+    conv_res ieee, one, cur;
+    enum harness_result hr = HARNESS_PASS;
+    int t;
+    if (gdl_cpu_set_fp32_precision("bf16") < 0) SKIPm("no bf16 precision here (no AMX)");
+    gdl_cpu_set_fp32_precision("ieee");
+    if (make_io(c, &io) < 0) FAILm(gdl_last_error());
+    if (run(c, &io, -1, 2, &ieee) < 0) FAILf("%s: ieee: %s", c->name, gdl_last_error());
+    gdl_cpu_set_fp32_precision("bf16");
+    if (run(c, &io, -1, 1, &one) < 0) hr = harness_fail_(__FILE__, __LINE__, "%s: bf16: %s", c->name, gdl_last_error());
+    if (hr == HARNESS_PASS && c->act != GDL_ACT_GELU && c->act != GDL_ACT_GELU_TANH) {
+        near_tol = 8e-3;
+        hr = against_direct_loop(c, &io, &one);
+        near_tol = 1e-5;
+    }
+    for (t = 2; t <= 3 && hr == HARNESS_PASS; t++) {
+        if (run(c, &io, -1, t, &cur) < 0)
+            hr = harness_fail_(__FILE__, __LINE__, "%s: bf16, %d threads: %s", c->name, t, gdl_last_error());
+        else
+            hr = same_bits(t == 2 ? "bf16 at 2 threads against 1" : "bf16 at 3 threads against 1", c, &io, &one, &cur);
+        free_res(&cur);
+    }
+    if (hr == HARNESS_PASS && tile_unit && first_diff(one.y, ieee.y, (int64_t)c->N * c->OC * io.OH * io.OW) < 0)
+        hr = harness_fail_(__FILE__, __LINE__, "%s: bf16 gave ieee's bits: the tile unit did not run", c->name);
+    gdl_cpu_set_fp32_precision("ieee");
+    free_res(&ieee);
+    free_res(&one);
     free_io(&io);
     gdl_set_num_threads(0);
     return hr;
@@ -450,6 +503,11 @@ TEST lowp_backwards_set_when_not_accumulating(void) {
 SUITE(conv) {
     size_t i;
     for (i = 0; i < sizeof cases / sizeof *cases; i++) RUN_TEST_NAMED(cases[i].name, conv_paths_agree, &cases[i]);
+    for (i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "bf16_%s", cases[i].name);
+        RUN_TEST_NAMED(name, conv_bf16_precision, &cases[i]);
+    }
     RUN_TEST(conv_falls_back_when_the_buffers_are_held);
     RUN_TEST(linear_act_epilogue_matches_unfused);
     RUN_TEST(relu_gradient_matches_unfused);
