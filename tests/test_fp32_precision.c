@@ -1,10 +1,12 @@
 /* test_fp32_precision.c — gdl_cpu_set_fp32_precision: the API's edges on
    every machine, and where "bf16" is granted (AMX) the bf16 GEMM against a
    double reference of the bf16-rounded operands (transposes, edges, K blocks,
-   alpha and beta, threads), its bits across thread counts, "ieee" bitwise
-   unchanged after a round trip, and a Linear layer's forward and backward
-   close to "ieee". Where "bf16" is refused (no AMX in the CPU or the build)
-   the tests that need it are skipped, and the refusal itself is checked. */
+   alpha and beta, the backend's batched calls), its bits across thread
+   counts (GEMMs, a Linear layer, a broadcast matmul's backward), "ieee"
+   bitwise unchanged after a round trip, a 3x3 convolution (implicit GEMM)
+   left in f32, and a Linear layer's forward and backward close to "ieee".
+   Where "bf16" is refused (no AMX in the CPU or the build) the tests that
+   need it are skipped, and the refusal itself is checked. */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "harness.h"
@@ -244,46 +246,59 @@ TEST gemm_bf16_is_not_ieee(void) {
     PASS();
 }
 
-/* a batch accumulated into one C (the backend's gemm with sC 0, beta 1: one
-   call over K segments, the threads sharing it) against the reference */
-static int seg_run(int M, int N, int K, int batch, const float *A, const float *B, const float *C0, float *C) {
-    memcpy(C, C0, sizeof(float) * (size_t)M * N);
-    return gdl__cpu_gemm_f32(1, 0, M, N, K, 1, A, M, (int64_t)K * M, B, N, (int64_t)K * N, 1, C, N, 0, batch);
+/* The backend's batched GEMM (the op layer's): *acc 1, every product summed
+   into one C (sC 0, beta 1: one call over K segments the threads share);
+   0, a C per product (sC M*N, beta 0: the products spread over the threads).
+   A is [batch][K][M] (transposed), B [batch][K][N]. */
+enum { BM = 70, BN = 90, BK = 130, BATCH = 5 };
+static int batch_run(int acc, const float *A, const float *B, const float *C0, float *C) {
+    const size_t nc = (size_t)BM * BN * (acc ? 1 : BATCH);
+    size_t i;
+    for (i = 0; i < nc; i++) C[i] = acc ? C0[i] : NAN; /* beta 0: C not read */
+    return gdl__cpu_gemm_f32(1, 0, BM, BN, BK, 1, A, BM, (int64_t)BK * BM, B, BN, (int64_t)BK * BN, acc ? 1 : 0, C,
+                             BN, acc ? 0 : (int64_t)BM * BN, BATCH);
+}
+/* C against the reference; the number of elements off */
+static long batch_check(int acc, const float *A, const float *B, const float *C0, const float *C) {
+    long off = 0;
+    int i, j, b, k;
+    for (b = 0; b < (acc ? 1 : BATCH); b++)
+        for (i = 0; i < BM; i++)
+            for (j = 0; j < BN; j++) {
+                double s = acc ? C0[i * BN + j] : 0, sa = fabs(s);
+                int b0;
+                for (b0 = acc ? 0 : b; b0 < (acc ? BATCH : b + 1); b0++)
+                    for (k = 0; k < BK; k++) {
+                        const double p = bf16_round(A[((size_t)b0 * BK + k) * BM + i]) *
+                                         bf16_round(B[((size_t)b0 * BK + k) * BN + j]);
+                        s += p;
+                        sa += fabs(p);
+                    }
+                off += !(fabs(C[((size_t)b * BM + i) * BN + j] - s) <= ref_tol * sa + FLT_MIN);
+            }
+    return off;
 }
 
-TEST gemm_bf16_batch_accumulated(void) {
-    enum { M = 70, N = 90, K = 130, BATCH = 5 };
-    float *A = rand_buf((size_t)BATCH * K * M), *B = rand_buf((size_t)BATCH * K * N), *C0 = rand_buf((size_t)M * N);
-    float *C = (float *)malloc(sizeof(float) * M * N), *C1 = (float *)malloc(sizeof(float) * M * N);
-    int i, j, b, k, th, saved = gdl_get_num_threads();
-    long off = 0;
-    if (!have_bf16) {
-        free(A), free(B), free(C0), free(C), free(C1);
-        SKIPm("no AMX: \"bf16\" refused");
-    }
-    ASSERT(A && B && C0 && C && C1);
-    ASSERT_EQ(0, gdl_cpu_set_fp32_precision("bf16"));
-    for (th = 1; th <= 3; th++) {
-        gdl_set_num_threads(th);
-        ASSERT_EQ(0, seg_run(M, N, K, BATCH, A, B, C0, th == 1 ? C1 : C));
-        if (th > 1 && bits_differing(C1, C, (size_t)M * N)) off = -th;
-    }
-    gdl_set_num_threads(saved);
-    ASSERT_EQ(0, restore_ieee());
-    for (i = 0; i < M && off >= 0; i++)
-        for (j = 0; j < N; j++) {
-            double s = C0[i * N + j], sa = fabs(C0[i * N + j]);
-            for (b = 0; b < BATCH; b++)
-                for (k = 0; k < K; k++) {
-                    const double p = bf16_round(A[(size_t)b * K * M + k * M + i]) * bf16_round(B[(size_t)b * K * N + k * N + j]);
-                    s += p;
-                    sa += fabs(p);
-                }
-            off += !(fabs(C1[i * N + j] - s) <= ref_tol * sa + FLT_MIN);
+TEST gemm_bf16_batched(const int *acc) {
+    const size_t nc = (size_t)BM * BN * BATCH;
+    float *A = rand_buf((size_t)BATCH * BK * BM), *B = rand_buf((size_t)BATCH * BK * BN), *C0 = rand_buf(nc);
+    float *C = (float *)malloc(sizeof(float) * nc), *C1 = (float *)malloc(sizeof(float) * nc);
+    int th, differ = 0;
+    long off = -1;
+    if (have_bf16 && A && B && C0 && C && C1 && gdl_cpu_set_fp32_precision("bf16") == 0) {
+        for (th = 1; th <= 3 && !differ; th++) {
+            gdl_set_num_threads(th);
+            if (batch_run(*acc, A, B, C0, th == 1 ? C1 : C) != 0) break;
+            differ = th > 1 && bits_differing(C1, C, nc) ? th : 0;
         }
+        restore_ieee();
+        if (th > 3 || differ) off = batch_check(*acc, A, B, C0, C1);
+    }
     free(A), free(B), free(C0), free(C), free(C1);
-    if (off < 0) FAILf("the accumulated batch's bits differ at %ld threads from 1 thread", -off);
-    ASSERT_EQm("elements of the accumulated batch off the bf16 reference", 0, off);
+    if (!have_bf16) SKIPm("no AMX: \"bf16\" refused");
+    ASSERTm("the batched GEMM ran", off >= 0);
+    if (differ) FAILf("the batch's bits differ at %d threads from 1 thread", differ);
+    ASSERT_EQm("elements of the batch off the bf16 reference", 0, off);
     PASS();
 }
 
@@ -492,6 +507,40 @@ TEST ieee_unchanged_after_bf16(void) {
     PASS();
 }
 
+/* A 3x3 convolution runs on the implicit GEMM (its columns gathered in the
+   packing), which "bf16" leaves in f32: forward and backward bitwise as
+   "ieee". (A 1x1, stride-1 one is a plain GEMM of x and does take bf16.) */
+static int conv_run(float **y, float **gx, float **gw) {
+    gdl_tensor *x, *w, *out;
+    int ok;
+    gdl_manual_seed(11);
+    x = gdl_randn(GDL_DIMS(2, 16, 12, 12), gdl_cpu());
+    w = gdl_randn(GDL_DIMS(24, 16, 3, 3), gdl_cpu());
+    ok = x && w && gdl_set_requires_grad(x, 1) == 0 && gdl_set_requires_grad(w, 1) == 0 &&
+         (out = gdl_conv2d(x, w, NULL, 1, 1, 1, 1)) != NULL && gdl_backward(gdl_sum(gdl_mul(out, out))) == 0;
+    *y = ok ? host_copy(out) : NULL;
+    *gx = ok ? host_copy(x->grad) : NULL;
+    *gw = ok ? host_copy(w->grad) : NULL;
+    gdl_free(x), gdl_free(w);
+    gdl_arena_reset();
+    return *y && *gx && *gw;
+}
+
+TEST conv_implicit_stays_ieee(void) {
+    float *y0, *gx0, *gw0, *y1 = NULL, *gx1 = NULL, *gw1 = NULL;
+    long diff = -1;
+    if (!have_bf16) SKIPm("no AMX: \"bf16\" refused");
+    ASSERT(conv_run(&y0, &gx0, &gw0));
+    if (gdl_cpu_set_fp32_precision("bf16") == 0 && conv_run(&y1, &gx1, &gw1))
+        diff = bits_differing(y0, y1, 2 * 24 * 12 * 12) + bits_differing(gx0, gx1, 2 * 16 * 12 * 12) +
+               bits_differing(gw0, gw1, 24 * 16 * 9);
+    restore_ieee();
+    free(y0), free(gx0), free(gw0), free(y1), free(gx1), free(gw1);
+    ASSERTm("the convolution ran under \"bf16\"", diff >= 0);
+    ASSERT_EQm("a 3x3 convolution's elements (y, dx, dW) that \"bf16\" changed", 0, diff);
+    PASS();
+}
+
 /* ---- 5. a Linear layer under "bf16" close to "ieee" ---- */
 
 /* ||p - q|| / ||q|| */
@@ -540,6 +589,7 @@ static void back_to_ieee(void *threads) {
 
 HARNESS_MAIN_DEFS();
 int main(int argc, char **argv) {
+    static const int one = 1, zero = 0;
     int baseline, threads;
     HARNESS_MAIN_BEGIN(argc, argv);
     threads = gdl_get_num_threads();
@@ -555,10 +605,12 @@ int main(int argc, char **argv) {
     RUN_TEST(api_edges);
     RUN_TEST(gemm_bf16_vs_reference);
     RUN_TEST(gemm_bf16_is_not_ieee);
-    RUN_TEST(gemm_bf16_batch_accumulated);
+    RUN_TEST_NAMED("gemm_bf16_batch_accumulated", gemm_bf16_batched, &one);
+    RUN_TEST_NAMED("gemm_bf16_batch_separate", gemm_bf16_batched, &zero);
     RUN_TEST(gemm_bf16_threads_bitwise);
     RUN_TEST(ops_bf16_threads_bitwise);
     RUN_TEST(ieee_unchanged_after_bf16);
+    RUN_TEST(conv_implicit_stays_ieee);
     RUN_TEST(linear_bf16_close_to_ieee);
     HARNESS_MAIN_END();
 }
