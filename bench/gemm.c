@@ -37,7 +37,15 @@
    The first lines name the CPU model and the micro-kernel compiled in
    (gdl_gemm_kernel_name(): set by the -march flags). The last line says
    whether the target "built-in single-threaded at n = 1024 >= 0.5x
-   OpenBLAS single-threaded" is met. */
+   OpenBLAS single-threaded" is met.
+
+   bf16 columns: where gdl_cpu_set_fp32_precision("bf16") is granted (a CPU
+   with AMX, a -march=native build, Linux 5.16 or later), the same calls
+   with the operands rounded to bf16 on the tile unit, timed interleaved
+   with the "ieee" ones (1 thread, then all): GFLOP/s, "x ieee" (the ieee
+   time over the bf16 time: the speedup), and their "err" against the same
+   reference (~1e-3: bf16 keeps 8 significant bits). Elsewhere the first
+   lines say "no AMX" and the columns are left out. */
 #if defined(__linux__) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 199309L /* clock_gettime under -std=c99 */
 #endif
@@ -143,8 +151,17 @@ static void run_builtin(const problem *p) {
     gdl_gemm_cpu(s->transA, s->transB, s->M, s->N, s->K, 1, p->A, p->lda, p->B, p->ldb, 0, p->C, p->ldc);
 }
 
+/* the same product with the f32 precision "bf16" (AMX), then "ieee" again
+   for the other calls (setting it is a string compare) */
+static void run_bf16(const problem *p) {
+    gdl_cpu_set_fp32_precision("bf16");
+    run_builtin(p);
+    gdl_cpu_set_fp32_precision("ieee");
+}
+
 /* the built-in GEMM on 1 thread and on all (bench_threads), for timing the two in turn */
 static int bench_threads = 1;
+#ifndef GPUDL_BENCH_OPENBLAS
 static void run_builtin_1t(const problem *p) {
     gdl_set_num_threads(1);
     run_builtin(p);
@@ -153,6 +170,15 @@ static void run_builtin_nt(const problem *p) {
     gdl_set_num_threads(bench_threads);
     run_builtin(p);
 }
+static void run_bf16_1t(const problem *p) {
+    gdl_set_num_threads(1);
+    run_bf16(p);
+}
+static void run_bf16_nt(const problem *p) {
+    gdl_set_num_threads(bench_threads);
+    run_bf16(p);
+}
+#endif
 
 #ifdef GPUDL_BENCH_OPENBLAS
 static void run_openblas(const problem *p) {
@@ -242,22 +268,22 @@ static double fma_peak_gflops(void) {
 }
 
 #define REPEATS 7
-/* Median seconds per call of fa and of fb (fb may be NULL) over REPEATS
-   stretches of >= 50 ms each, the two interleaved (fa, fb, fa, fb, ...) so
-   that another process busy on the machine slows both alike. */
-static void time_pair(void (*fa)(const problem *), void (*fb)(const problem *), const problem *p, double *ta,
-                      double *tb) {
-    double t[2][REPEATS];
-    long na = calls_for_50ms(fa, p), nb = fb ? calls_for_50ms(fb, p) : 0;
-    int r;
-    for (r = 0; r < REPEATS; r++) {
-        t[0][r] = seconds_per_call(fa, p, na);
-        t[1][r] = fb ? seconds_per_call(fb, p, nb) : 0;
+#define MAX_TIMED 4
+typedef void (*bench_fn)(const problem *);
+/* Median seconds per call of each of the n functions fn over REPEATS
+   stretches of >= 50 ms each, interleaved (fn[0], fn[1], ..., fn[0], ...)
+   so that another process busy on the machine slows them alike. */
+static void time_interleaved(const bench_fn *fn, int n, const problem *p, double *t_out) {
+    double t[MAX_TIMED][REPEATS];
+    long calls[MAX_TIMED];
+    int r, f;
+    for (f = 0; f < n; f++) calls[f] = calls_for_50ms(fn[f], p);
+    for (r = 0; r < REPEATS; r++)
+        for (f = 0; f < n; f++) t[f][r] = seconds_per_call(fn[f], p, calls[f]);
+    for (f = 0; f < n; f++) {
+        qsort(t[f], REPEATS, sizeof t[f][0], cmp_double);
+        t_out[f] = t[f][REPEATS / 2];
     }
-    qsort(t[0], REPEATS, sizeof t[0][0], cmp_double);
-    qsort(t[1], REPEATS, sizeof t[1][0], cmp_double);
-    *ta = t[0][REPEATS / 2];
-    if (tb) *tb = t[1][REPEATS / 2];
 }
 
 static void set_threads(int n) {
@@ -267,13 +293,13 @@ static void set_threads(int n) {
 #endif
 }
 
-/* max|C - ref| / max|ref| */
-static double check(const problem *p) {
+/* max|C - ref| / max|ref|, C from run (run_builtin or run_bf16) */
+static double check(const problem *p, bench_fn run) {
     const shape *s = p->s;
     double maxdiff = 0, maxref = 0;
     int i, j;
 #ifdef GPUDL_BENCH_OPENBLAS
-    run_builtin(p);
+    run(p);
     run_openblas(p);
     for (i = 0; i < s->M; i++)
         for (j = 0; j < s->N; j++) {
@@ -284,7 +310,7 @@ static double check(const problem *p) {
 #else
     /* a double-precision reference on <= 4096 sampled elements */
     int n;
-    run_builtin(p);
+    run(p);
     for (n = 0; n < 4096 && n < s->M * s->N; n++) {
         double ref = 0, c;
         int k;
@@ -304,6 +330,7 @@ static double check(const problem *p) {
 }
 
 int main(int argc, char **argv) {
+    int have_bf16; /* "bf16" granted: its columns are timed */
     int nthreads = gdl_get_num_threads(), si, target_known = 0, target_met = 0;
     double target_ratio = 0, peak = 0;
     if (getenv("GEMM_BENCH_CLOCK") && !strcmp(getenv("GEMM_BENCH_CLOCK"), "thread"))
@@ -342,19 +369,28 @@ int main(int argc, char **argv) {
                "for the %d-thread column)\n", peak, PEAK_W, nthreads, nthreads);
     }
     bench_threads = nthreads;
+    have_bf16 = gdl_cpu_set_fp32_precision("bf16") == 0;
+    if (have_bf16)
+        printf("fp32 precision \"bf16\" (AMX): granted; its columns: GFLOP/s, x ieee = ieee time / bf16 time "
+               "(interleaved with the ieee calls), err\n");
+    else
+        printf("fp32 precision \"bf16\": no AMX (%s); no bf16 columns\n", gdl_last_error());
+    gdl_cpu_set_fp32_precision("ieee");
     printf("\n");
 #ifdef GPUDL_BENCH_OPENBLAS
-    printf("%-20s %2s %4s %4s %4s | %8s %8s %5s | %8s %8s %5s | %8s\n", "shape", "op", "M", "N", "K", "ours 1T",
+    printf("%-20s %2s %4s %4s %4s | %8s %8s %5s | %8s %8s %5s | %8s", "shape", "op", "M", "N", "K", "ours 1T",
            "oblas 1T", "ratio", "ours", "oblas", "ratio", "err");
 #else
-    printf("%-20s %2s %4s %4s %4s | %8s %4s | %8s %4s %7s | %8s\n", "shape", "op", "M", "N", "K", "ours 1T", "%pk",
+    printf("%-20s %2s %4s %4s %4s | %8s %4s | %8s %4s %7s | %8s", "shape", "op", "M", "N", "K", "ours 1T", "%pk",
            "ours", "%pk", "speedup", "err");
 #endif
+    if (have_bf16) printf(" | %8s %6s | %8s %6s | %8s", "bf16 1T", "x ieee", "bf16", "x ieee", "bf16 err");
+    printf("\n");
     for (si = 0; si < NSHAPES; si++) {
         const shape *s = &shapes[si];
         problem p;
         size_t na, nb, nc, i;
-        double flop = 2.0 * s->M * s->N * s->K, err, t_b1, t_bn;
+        double flop = 2.0 * s->M * s->N * s->K, err, err_bf = 0, t[2 * MAX_TIMED];
         int ai, wanted = argc <= 1;
         for (ai = 1; ai < argc; ai++) wanted |= strstr(s->name, argv[ai]) != NULL;
         if (!wanted) continue;
@@ -389,21 +425,34 @@ int main(int argc, char **argv) {
         for (i = 0; i < nc; i++) p.Cf[i] = (float)p.C[i];
 #endif
         set_threads(nthreads);
-        err = check(&p);
+        {
+            const uint64_t sample = rng_state; /* (without OpenBLAS: the same sampled elements for bf16) */
+            err = check(&p, run_builtin);
+            if (have_bf16) {
+                const uint64_t after = rng_state;
+                rng_state = sample;
+                err_bf = check(&p, run_bf16);
+                rng_state = after;
+            }
+        }
 
         set_threads(1);
 #ifdef GPUDL_BENCH_OPENBLAS
-        {
-            double t_o1, t_on;
-            time_pair(run_builtin, run_openblas, &p, &t_b1, &t_o1);
+        { /* t: ours, OpenBLAS (, bf16) at 1 thread, then at all */
+            const bench_fn fn[3] = {run_builtin, run_openblas, run_bf16};
+            const int n = have_bf16 ? 3 : 2;
+            time_interleaved(fn, n, &p, t);
             set_threads(nthreads);
-            time_pair(run_builtin, run_openblas, &p, &t_bn, &t_on);
-            printf("%-20s %c%c %4d %4d %4d | %8.1f %8.1f %5.2f | %8.1f %8.1f %5.2f | %8.1e\n", s->name,
-                   s->transA ? 'T' : 'N', s->transB ? 'T' : 'N', s->M, s->N, s->K, flop / t_b1 * 1e-9,
-                   flop / t_o1 * 1e-9, t_o1 / t_b1, flop / t_bn * 1e-9, flop / t_on * 1e-9, t_on / t_bn, err);
+            time_interleaved(fn, n, &p, t + n);
+            printf("%-20s %c%c %4d %4d %4d | %8.1f %8.1f %5.2f | %8.1f %8.1f %5.2f | %8.1e", s->name,
+                   s->transA ? 'T' : 'N', s->transB ? 'T' : 'N', s->M, s->N, s->K, flop / t[0] * 1e-9,
+                   flop / t[1] * 1e-9, t[1] / t[0], flop / t[n] * 1e-9, flop / t[n + 1] * 1e-9, t[n + 1] / t[n], err);
+            if (have_bf16)
+                printf(" | %8.1f %5.2fx | %8.1f %5.2fx | %8.1e", flop / t[2] * 1e-9, t[0] / t[2], flop / t[5] * 1e-9,
+                       t[3] / t[5], err_bf);
             if (s->M == 1024 && s->N == 1024 && s->K == 1024) {
                 target_known = 1;
-                target_ratio = t_o1 / t_b1;
+                target_ratio = t[1] / t[0];
                 target_met = target_ratio >= 0.5;
             }
             free(p.Af);
@@ -411,13 +460,19 @@ int main(int argc, char **argv) {
             free(p.Cf);
         }
 #else
-        /* 1 and all threads in turn: the speedup of one run, under the same load */
-        time_pair(run_builtin_1t, run_builtin_nt, &p, &t_b1, &t_bn);
-        printf("%-20s %c%c %4d %4d %4d | %8.1f %3.0f%% | %8.1f %3.0f%% %6.2fx | %8.1e\n", s->name,
-               s->transA ? 'T' : 'N', s->transB ? 'T' : 'N', s->M, s->N, s->K, flop / t_b1 * 1e-9,
-               100 * flop / t_b1 * 1e-9 / peak, flop / t_bn * 1e-9, 100 * flop / t_bn * 1e-9 / (peak * nthreads),
-               t_b1 / t_bn, err);
+        { /* 1 and all threads (, and bf16 on each) in turn: the ratios of one run, under the same load */
+            const bench_fn fn[4] = {run_builtin_1t, run_builtin_nt, run_bf16_1t, run_bf16_nt};
+            time_interleaved(fn, have_bf16 ? 4 : 2, &p, t);
+            printf("%-20s %c%c %4d %4d %4d | %8.1f %3.0f%% | %8.1f %3.0f%% %6.2fx | %8.1e", s->name,
+                   s->transA ? 'T' : 'N', s->transB ? 'T' : 'N', s->M, s->N, s->K, flop / t[0] * 1e-9,
+                   100 * flop / t[0] * 1e-9 / peak, flop / t[1] * 1e-9, 100 * flop / t[1] * 1e-9 / (peak * nthreads),
+                   t[0] / t[1], err);
+            if (have_bf16)
+                printf(" | %8.1f %5.2fx | %8.1f %5.2fx | %8.1e", flop / t[2] * 1e-9, t[0] / t[2], flop / t[3] * 1e-9,
+                       t[1] / t[3], err_bf);
+        }
 #endif
+        printf("\n");
         fflush(stdout);
         free(p.A);
         free(p.B);
