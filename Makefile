@@ -92,7 +92,7 @@ SUITE = test_core:linked:plain:asan:cpup:win:warn:check \
         test_conv:whole:plain:asan:cpup:warn \
         test_flops:whole:plain:asan:tsan:cpup:win:warn \
         test_gemm_kernels:cpup \
-        test_fp32_precision:whole:plain:cpup:warn \
+        test_fp32_precision:whole:plain:asan:cpup:warn \
         test_gelu:whole:cpup \
         test_rnn_gates:whole:plain:cpup \
         test_gemm_int8:cpup \
