@@ -253,6 +253,11 @@
    step against f32: bench/RESULTS.md, bench/amp.c); the few ops without
    native kernels (embedding, layer_norm outside autocast ...) compute on
    f32 copies.
+   On the CPU, a lighter way with f32 tensors throughout:
+   gdl_cpu_set_fp32_precision("bf16") (PyTorch's torch.backends.mkldnn
+   fp32_precision) lets the GEMMs and the stride-1 convolutions round their
+   operands to bf16 and sum in f32 on AMX's tile unit, where the CPU has one
+   (it returns -1 elsewhere); examples/speedrun.c --fp32-precision bf16.
 
    Master weights
    --------------
@@ -462,14 +467,14 @@
    runtime/thread_pool.h    the CPU thread pool (gdl__parallel_for)
    runtime/monitor.h        the allocators' counters, NVML
    cpu/memory.h             allocation and its counters, copies, stream and event stand-ins, fill, cast
-   cpu/gemm.h               the GEMM (AVX-512 / AVX2 / portable micro-kernels, CBLAS) and the backend's GEMM entries
+   cpu/gemm.h               the GEMM (AVX-512 / AVX2 / portable micro-kernels, CBLAS; AMX bf16) and the backend's GEMM entries
    cpu/peak.h               the CPU's measured FMA peak (gdl_cpu_peak_gflops); the utilisation line (gdl_flops_line)
    cpu/gemm_int8.h          the int8 GEMM (AVX-512 VNNI / AVX2 / NEON sdot / NEON / portable), quantize, dequantize
    cpu/elementwise.h        binary ops with broadcasting, sum_to, unary ops and their gradients
    cpu/reductions.h         reductions over a middle dimension, argmax, softmax
    cpu/bias_act.h           fused bias + activation and its backward
    cpu/index.h              strided copies, gather / scatter-add, comparisons, where, tril / triu, cumsum
-   cpu/conv_pool.h          im2col / col2im, the implicit GEMM and direct convolution, pooling, copy2d, dropout
+   cpu/conv_pool.h          im2col / col2im, the implicit GEMM and direct convolution (f32; AMX bf16), pooling, copy2d, dropout
    cpu/lowp.h               the elementwise entries that take dtypes: the native bf16/f16 kernels
    cpu/norm.h               batch norm and layer norm
    cpu/lowp_layers.h        the dtype entries of convolution columns, pooling and batch norm (bf16/f16 through f32)
@@ -840,17 +845,21 @@ GPUDL_API const char *gdl_gemm_kernel_name(void);
 GPUDL_API void gdl_set_num_threads(int n);
 GPUDL_API int gdl_get_num_threads(void);
 
-/* The internal precision of the CPU backend's f32 GEMMs: linear, matmul,
-   the convolutions, attention and the RNNs (PyTorch's
-   torch.backends.mkldnn fp32_precision). "ieee", the default: f32 products
-   and sums, bitwise the same on every CPU path. "bf16": the operands rounded
-   to bf16 (nearest even), the products summed in f32 by AMX's tile unit
-   (Sapphire Rapids and later, built with -march=native, Linux 5.16 and
-   later), up to ~20x the f32 rate a core; the results keep their f32 dtype
-   but not the "ieee" bits, nor the same bits as another CPU (on one machine,
-   the same for any thread count). Returns 0 when set; -1 (gdl_last_error)
-   for another string, or for "bf16" where the build or the CPU has no AMX:
-   the precision then stays as it was. */
+/* The internal precision of the CPU backend's f32 matrix products
+   (PyTorch's torch.backends.mkldnn fp32_precision). "ieee", the default:
+   f32 products and sums, bitwise the same on every CPU path and thread
+   count. "bf16" allows the tile unit of AMX (Sapphire Rapids and later,
+   built with -march=native, Linux 5.16 and later) where it has a path:
+   every GEMM (linear, matmul, attention, the RNNs, 1x1 convolutions, the
+   input gradients of the others) and the stride-1 one-group convolutions
+   with at least 8 input and 16 output channels (their three passes); the
+   other convolutions' forward and weight gradient stay f32. Operands are
+   rounded to bf16 (nearest even; subnormals to zero), the products summed
+   in f32: up to ~20x the FMA rate a core. Results keep their f32 dtype but
+   not "ieee"'s bits, nor another CPU's; on one machine they are the same
+   for any thread count. Returns 0 when set; -1 (gdl_last_error) for another
+   string, or for "bf16" where the build or the CPU has no AMX: the
+   precision then stays as it was. Set it between steps. */
 GPUDL_API int gdl_cpu_set_fp32_precision(const char *precision);
 GPUDL_API const char *gdl_cpu_get_fp32_precision(void);
 
@@ -7540,6 +7549,9 @@ static int gdl__cpu_cast(void *dst, gdl_dtype dt, const void *src, gdl_dtype st,
                MC=64 KC=256 NC=3072 (32 KB of B in L1, 64 KB of A).
                Taken whenever the compiler targets AVX-512 (-march=native
                on Skylake-X ... Sapphire Rapids, Zen 4).
+     AMX bf16  32x32: 4 accumulator tiles, 2 A and 2 B tile loads per 32
+               k; only under gdl_cpu_set_fp32_precision("bf16") (see "bf16
+               products on AMX" below), on the AVX-512 kernel's blocks.
      AVX2+FMA  6x16: 12 ymm accumulators, 2 loads + 6 broadcasts per k.
                MC=72 KC=256 NC=3072 (16 KB of B in L1, 72 KB of A).
      NEON      8x12 (AArch64 Advanced SIMD): 24 q-register accumulators,
@@ -8626,12 +8638,14 @@ static size_t gdl__gemm_f32_size(int r, int c) { return ((size_t)r * c + 15) & ~
    With the f32 precision set to "bf16" (off by default, as PyTorch's
    torch.backends.mkldnn fp32_precision "ieee"), a CPU with AMX (Sapphire
    Rapids and later; the compiler targeting it, as -march=native does there)
-   runs every f32 GEMM of the backend (linear, matmul, the convolutions'
-   implicit GEMM, attention, the RNNs) with its operands rounded to bf16
-   (nearest even) and the products summed in f32 by the tile unit: about 20x
-   the f32 FMA rate a core. The driver is gdl__gemm_blocked's: its f32
-   packing (the same panels, so transposes, convolutions' gathers and edges
-   are dealt with there), then each panel rounded into the tile layouts:
+   runs the f32 GEMMs of this driver (not an implicit GEMM's: g->conv; the
+   convolutions have their own tile-unit passes, src/cpu/conv_pool.h) with
+   their operands rounded to bf16 (nearest even; the conversion and the tile
+   unit take subnormals as zero) and the products summed in f32 by the tile
+   unit: about 20x the f32 FMA rate a core. The driver is
+   gdl__gemm_blocked's: its f32 packing (the same panels, so transposes and
+   edges are dealt with there), then each panel rounded into the tile
+   layouts, after the f32 panels in the same buffers (gdl__gemm_plan):
      A: [16-row group][32-k step][16 rows][32 k] (a tile: 16 x 64 bytes)
      B: [32-column micro-panel][32-k step][2 halves][16 k pairs][16 cols][2]
         (VNNI: a tile row holds k and k+1 of 16 columns)
@@ -8640,8 +8654,10 @@ static size_t gdl__gemm_f32_size(int r, int c) { return ((size_t)r * c + 15) & ~
    later K blocks and segments adding). The tile unit's sums are not those of
    an f32 FMA chain (its order and rounding inside a step are its own), so
    "bf16" gives other bits than "ieee", and than a CPU without AMX (which
-   runs "ieee"); on one machine they do not depend on the thread count: a
-   block's K steps and blocks are the same whichever thread computes it. */
+   runs "ieee"); on one machine they do not depend on the thread count: an
+   element's K steps and blocks are the same whichever cell has it, and the
+   tile unit's result for an element does not depend on its row or column
+   in the tile (tests/test_fp32_precision.c). */
 #if defined(GDL__GEMM_AVX512) && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__) && \
     defined(__linux__)
 #define GDL__GEMM_AMX 1
@@ -9413,6 +9429,10 @@ static int gdl__cpu_gemm_f32(int ta, int tb, int M, int N, int K, gdl_real alpha
    per thread count and kept.
    With CBLAS the portable loop stands for OpenBLAS's own kernels. The bf16
    and f16 GEMMs run on the CPU through f32 copies: their peak is f32's.
+   Under the bf16 precision (gdl_cpu_set_fp32_precision) on AMX the line's
+   peak is the tile unit's, measured the same way (chains of bf16 tile
+   products into 4 accumulator tiles), with the fraction of the FMA peak
+   after it.
    ------------------------------------------------------------------------- */
 #if defined(GDL__GEMM_AVX512)
 #define GDL__PEAK_ISA "avx512 fma"
@@ -9442,6 +9462,7 @@ static int gdl__cpu_gemm_f32(int ta, int tb, int M, int N, int K, gdl_real alpha
 #define GDL__PEAK_SECONDS 0.08
 
 typedef struct gdl__peak_job {
+    int amx;                        /* the tile unit's bf16 products, not FMAs */
     double t_end;                   /* the tasks stop at this gdl__prof_clock */
     double rate[GDL__POOL_MAX];     /* each task's fastest stretch, FLOP/s */
     volatile float sink[GDL__POOL_MAX]; /* each task's chains' sum goes here, so its loop stays */
@@ -9450,10 +9471,45 @@ typedef struct gdl__peak_job {
 /* task t: FMAs on GDL__PEAK_CHAINS independent accumulators in stretches of 64 x 256 steps, each timed,
    until t_end; its fastest stretch's FLOP/s. a = a*m + c with m = 1 - c stays at 1: no overflow, no
    denormals. */
+#ifdef GDL__GEMM_AMX
+/* The tile unit's rate on this thread: 4 accumulator tiles, each 16 x 16 sums of 32 products a step */
+static double gdl__peak_amx(double t_end) {
+    static const uint16_t zeros[16 * 32] = {0}; /* the rate does not depend on the values */
+    const double stretch = 1024.0 * 4 * 16 * 16 * 32 * 2;
+    double best = 0, t0 = gdl__prof_clock(), t1;
+    int i;
+    if (!gdl__amx_configured) gdl__amx_configure();
+    _tile_loadd(4, zeros, 64);
+    _tile_loadd(5, zeros, 64);
+    _tile_loadd(6, zeros, 64);
+    _tile_loadd(7, zeros, 64);
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    do {
+        for (i = 0; i < 1024; i++) {
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+        t1 = gdl__prof_clock();
+        if (t1 > t0 && stretch / (t1 - t0) > best) best = stretch / (t1 - t0);
+        t0 = t1;
+    } while (t1 < t_end);
+    return best;
+}
+#endif
+
 static void gdl__peak_task(void *ctx, int t, int nt) {
     gdl__peak_job *j = (gdl__peak_job *)ctx;
     double best = 0, t0 = gdl__prof_clock(), t1;
     int i, k;
+#ifdef GDL__GEMM_AMX
+    if (j->amx) {
+        (void)nt;
+        j->rate[t] = gdl__peak_amx(j->t_end);
+        return;
+    }
+#endif
 #if defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_AVX2) || defined(GDL__GEMM_NEON)
     const double stretch = 64 * 256.0 * GDL__PEAK_CHAINS * GDL__PEAK_LANES * 2; /* FLOPs */
     GDL__PEAK_V a[GDL__PEAK_CHAINS], m = GDL__PEAK_SET(0.9999f), c = GDL__PEAK_SET(0.0001f);
@@ -9498,14 +9554,15 @@ static gdl__mutex gdl__peak_mu = GDL__MUTEX_INIT; /* one measurement at a time; 
 #define GDL__PEAK_LOCK() ((void)0)
 #define GDL__PEAK_UNLOCK() ((void)0)
 #endif
-static double gdl__peak_cache[GDL__POOL_MAX + 1]; /* GFLOP/s by thread count; 0: not measured */
+static double gdl__peak_cache[2][GDL__POOL_MAX + 1]; /* GFLOP/s by thread count, [amx]; 0: not measured */
 
 /* the measurement on `threads` of the pool (the caller holds the pool) */
-static double gdl__peak_measure(int threads) {
+static double gdl__peak_measure(int threads, int amx) {
     gdl__peak_job *j = (gdl__peak_job *)calloc(1, sizeof *j);
     double sum = 0;
     int t;
     if (!j) return -1;
+    j->amx = amx;
     j->t_end = gdl__prof_clock() + GDL__PEAK_SECONDS;
     gdl__pool_run(threads, gdl__peak_task, j);
     for (t = 0; t < threads; t++) sum += j->rate[t];
@@ -9513,8 +9570,8 @@ static double gdl__peak_measure(int threads) {
     return sum > 0 ? sum * 1e-9 : -1;
 }
 
-GPUDL_API double gdl_cpu_peak_gflops(int threads) {
-    const char *op = "gdl_cpu_peak_gflops";
+/* The measured peak: the FMAs' (amx 0) or the tile unit's bf16 products' (1). */
+static double gdl__cpu_peak(const char *op, int threads, int amx) {
     double p;
     int tries;
     if (threads == 0) threads = gdl_get_num_threads();
@@ -9524,10 +9581,10 @@ GPUDL_API double gdl_cpu_peak_gflops(int threads) {
         return -1;
     }
     GDL__PEAK_LOCK();
-    p = gdl__peak_cache[threads];
+    p = gdl__peak_cache[amx][threads];
     for (tries = 0; p <= 0 && tries < 2000; tries++) { /* the pool may be busy with another thread's op: wait */
         if (gdl__pool_acquire()) {
-            p = gdl__peak_cache[threads] = gdl__peak_measure(threads);
+            p = gdl__peak_cache[amx][threads] = gdl__peak_measure(threads, amx);
             gdl__pool_release();
             if (p <= 0) break;
         } else {
@@ -9538,6 +9595,7 @@ GPUDL_API double gdl_cpu_peak_gflops(int threads) {
     if (p <= 0) gdl__set_error("%s: could not measure: %s", op, tries >= 2000 ? "the thread pool stayed busy" : "out of memory");
     return p > 0 ? p : -1;
 }
+GPUDL_API double gdl_cpu_peak_gflops(int threads) { return gdl__cpu_peak("gdl_cpu_peak_gflops", threads, 0); }
 
 /* The line, e.g. "FLOPs/step 1.43e+08, 26.4 GFLOP/s, 8.8 % of peak (300.1 GFLOP/s, 2 threads, avx512 fma)";
    the peak of dev for dt: the CPU's measured with the threads in use, a GPU's from its datasheet. */
@@ -9550,6 +9608,14 @@ GPUDL_API const char *gdl_flops_line(double flops_per_step, double seconds_per_s
         int threads = gdl_get_num_threads();
         peak = gdl_cpu_peak_gflops(threads);
         snprintf(how, sizeof how, "%d thread%s, %s", threads, threads == 1 ? "" : "s", GDL__PEAK_ISA);
+#ifdef GDL__GEMM_AMX
+        if (gdl__cpu_bf16_gemm && dt == GDL_F32 && peak > 0) { /* the tile unit's peak, then the FMAs' share */
+            const double fma = peak;
+            peak = gdl__cpu_peak("gdl_flops_line", threads, 1);
+            snprintf(how, sizeof how, "%d thread%s, amx bf16; %.1f %% of the avx512 fma peak %.1f", threads,
+                     threads == 1 ? "" : "s", 100 * rate / fma, fma);
+        }
+#endif
     } else {
         peak = gdl_gpu_peak_gflops(dev.index, dt);
         /* a device name may be 255 bytes: the line keeps its first 100 */

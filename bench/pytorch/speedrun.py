@@ -18,9 +18,12 @@ PyTorch's fast path: the whole dataset as one tensor, batches by indexing (no Da
 
 Run: python3 bench/pytorch/speedrun.py [--epochs N] [--batch-size N] [--seed N] [--seeds N]
          [--target PERCENT] [--widths A,B,C] [--convs N] [--head flat|pool] [--tta N] [--lr X]
-         [--train-subset N] [--test-subset N] [--data DIR] [--bf16]
+         [--train-subset N] [--test-subset N] [--data DIR] [--bf16] [--fp32-precision ieee|bf16]
 --bf16: forward passes under torch.autocast("cpu", bfloat16) (oneDNN's bf16 kernels: AMX tiles where the
-CPU has them), to show what lower precision buys on this CPU; gpudl's side has no CPU bf16 path.
+CPU has them), to show what lower precision buys on this CPU.
+--fp32-precision bf16: f32 tensors throughout, oneDNN's convolutions and matmuls computing in bf16 inside
+(torch.backends.mkldnn.conv / matmul .fp32_precision = "bf16": AMX tiles where the CPU has them), the twin
+of examples/speedrun.c --fp32-precision bf16.
 Exit status 0 when every seed reached the target, 1 when one did not.
 """
 import argparse
@@ -162,15 +165,18 @@ def main():
     ap.add_argument("--test-subset", type=int, default=0)
     ap.add_argument("--data", default=default_data())
     ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--fp32-precision", default="ieee", choices=("ieee", "bf16"))
     a = ap.parse_args()
+    torch.backends.mkldnn.conv.fp32_precision = a.fp32_precision
+    torch.backends.mkldnn.matmul.fp32_precision = a.fp32_precision
     a.widths = [int(w) for w in a.widths.split(",")]
     if len(a.widths) != 3:
         raise SystemExit("speedrun.py: --widths wants A,B,C")
     print("speedrun.py: torch %s, %d threads, widths %s, %d conv%s a group, %s head, tta %d, batch %d, %d epochs, "
-          "lr %g, target %.2f %%%s" % (torch.__version__, torch.get_num_threads(), a.widths, a.convs,
-                                     "s" if a.convs > 1 else "", a.head, a.tta,
+          "lr %g, target %.2f %%%s, fp32 precision %s" % (torch.__version__, torch.get_num_threads(), a.widths,
+                                     a.convs, "s" if a.convs > 1 else "", a.head, a.tta,
                                      a.batch_size, a.epochs, a.lr, a.target,
-                                     ", autocast bf16" if a.bf16 else ""), flush=True)
+                                     ", autocast bf16" if a.bf16 else "", a.fp32_precision), flush=True)
     accs, secs = [], []
     for s in range(a.seeds):
         acc, t = run(a, a.seed + s)

@@ -253,6 +253,11 @@
    step against f32: bench/RESULTS.md, bench/amp.c); the few ops without
    native kernels (embedding, layer_norm outside autocast ...) compute on
    f32 copies.
+   On the CPU, a lighter way with f32 tensors throughout:
+   gdl_cpu_set_fp32_precision("bf16") (PyTorch's torch.backends.mkldnn
+   fp32_precision) lets the GEMMs and the stride-1 convolutions round their
+   operands to bf16 and sum in f32 on AMX's tile unit, where the CPU has one
+   (it returns -1 elsewhere); examples/speedrun.c --fp32-precision bf16.
 
    Master weights
    --------------
@@ -462,14 +467,14 @@
    runtime/thread_pool.h    the CPU thread pool (gdl__parallel_for)
    runtime/monitor.h        the allocators' counters, NVML
    cpu/memory.h             allocation and its counters, copies, stream and event stand-ins, fill, cast
-   cpu/gemm.h               the GEMM (AVX-512 / AVX2 / portable micro-kernels, CBLAS) and the backend's GEMM entries
+   cpu/gemm.h               the GEMM (AVX-512 / AVX2 / portable micro-kernels, CBLAS; AMX bf16) and the backend's GEMM entries
    cpu/peak.h               the CPU's measured FMA peak (gdl_cpu_peak_gflops); the utilisation line (gdl_flops_line)
    cpu/gemm_int8.h          the int8 GEMM (AVX-512 VNNI / AVX2 / NEON sdot / NEON / portable), quantize, dequantize
    cpu/elementwise.h        binary ops with broadcasting, sum_to, unary ops and their gradients
    cpu/reductions.h         reductions over a middle dimension, argmax, softmax
    cpu/bias_act.h           fused bias + activation and its backward
    cpu/index.h              strided copies, gather / scatter-add, comparisons, where, tril / triu, cumsum
-   cpu/conv_pool.h          im2col / col2im, the implicit GEMM and direct convolution, pooling, copy2d, dropout
+   cpu/conv_pool.h          im2col / col2im, the implicit GEMM and direct convolution (f32; AMX bf16), pooling, copy2d, dropout
    cpu/lowp.h               the elementwise entries that take dtypes: the native bf16/f16 kernels
    cpu/norm.h               batch norm and layer norm
    cpu/lowp_layers.h        the dtype entries of convolution columns, pooling and batch norm (bf16/f16 through f32)

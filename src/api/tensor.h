@@ -97,17 +97,21 @@ GPUDL_API const char *gdl_gemm_kernel_name(void);
 GPUDL_API void gdl_set_num_threads(int n);
 GPUDL_API int gdl_get_num_threads(void);
 
-/* The internal precision of the CPU backend's f32 GEMMs: linear, matmul,
-   the convolutions, attention and the RNNs (PyTorch's
-   torch.backends.mkldnn fp32_precision). "ieee", the default: f32 products
-   and sums, bitwise the same on every CPU path. "bf16": the operands rounded
-   to bf16 (nearest even), the products summed in f32 by AMX's tile unit
-   (Sapphire Rapids and later, built with -march=native, Linux 5.16 and
-   later), up to ~20x the f32 rate a core; the results keep their f32 dtype
-   but not the "ieee" bits, nor the same bits as another CPU (on one machine,
-   the same for any thread count). Returns 0 when set; -1 (gdl_last_error)
-   for another string, or for "bf16" where the build or the CPU has no AMX:
-   the precision then stays as it was. */
+/* The internal precision of the CPU backend's f32 matrix products
+   (PyTorch's torch.backends.mkldnn fp32_precision). "ieee", the default:
+   f32 products and sums, bitwise the same on every CPU path and thread
+   count. "bf16" allows the tile unit of AMX (Sapphire Rapids and later,
+   built with -march=native, Linux 5.16 and later) where it has a path:
+   every GEMM (linear, matmul, attention, the RNNs, 1x1 convolutions, the
+   input gradients of the others) and the stride-1 one-group convolutions
+   with at least 8 input and 16 output channels (their three passes); the
+   other convolutions' forward and weight gradient stay f32. Operands are
+   rounded to bf16 (nearest even; subnormals to zero), the products summed
+   in f32: up to ~20x the FMA rate a core. Results keep their f32 dtype but
+   not "ieee"'s bits, nor another CPU's; on one machine they are the same
+   for any thread count. Returns 0 when set; -1 (gdl_last_error) for another
+   string, or for "bf16" where the build or the CPU has no AMX: the
+   precision then stays as it was. Set it between steps. */
 GPUDL_API int gdl_cpu_set_fp32_precision(const char *precision);
 GPUDL_API const char *gdl_cpu_get_fp32_precision(void);
 

@@ -25,6 +25,9 @@
                MC=64 KC=256 NC=3072 (32 KB of B in L1, 64 KB of A).
                Taken whenever the compiler targets AVX-512 (-march=native
                on Skylake-X ... Sapphire Rapids, Zen 4).
+     AMX bf16  32x32: 4 accumulator tiles, 2 A and 2 B tile loads per 32
+               k; only under gdl_cpu_set_fp32_precision("bf16") (see "bf16
+               products on AMX" below), on the AVX-512 kernel's blocks.
      AVX2+FMA  6x16: 12 ymm accumulators, 2 loads + 6 broadcasts per k.
                MC=72 KC=256 NC=3072 (16 KB of B in L1, 72 KB of A).
      NEON      8x12 (AArch64 Advanced SIMD): 24 q-register accumulators,
@@ -1111,12 +1114,14 @@ static size_t gdl__gemm_f32_size(int r, int c) { return ((size_t)r * c + 15) & ~
    With the f32 precision set to "bf16" (off by default, as PyTorch's
    torch.backends.mkldnn fp32_precision "ieee"), a CPU with AMX (Sapphire
    Rapids and later; the compiler targeting it, as -march=native does there)
-   runs every f32 GEMM of the backend (linear, matmul, the convolutions'
-   implicit GEMM, attention, the RNNs) with its operands rounded to bf16
-   (nearest even) and the products summed in f32 by the tile unit: about 20x
-   the f32 FMA rate a core. The driver is gdl__gemm_blocked's: its f32
-   packing (the same panels, so transposes, convolutions' gathers and edges
-   are dealt with there), then each panel rounded into the tile layouts:
+   runs the f32 GEMMs of this driver (not an implicit GEMM's: g->conv; the
+   convolutions have their own tile-unit passes, src/cpu/conv_pool.h) with
+   their operands rounded to bf16 (nearest even; the conversion and the tile
+   unit take subnormals as zero) and the products summed in f32 by the tile
+   unit: about 20x the f32 FMA rate a core. The driver is
+   gdl__gemm_blocked's: its f32 packing (the same panels, so transposes and
+   edges are dealt with there), then each panel rounded into the tile
+   layouts, after the f32 panels in the same buffers (gdl__gemm_plan):
      A: [16-row group][32-k step][16 rows][32 k] (a tile: 16 x 64 bytes)
      B: [32-column micro-panel][32-k step][2 halves][16 k pairs][16 cols][2]
         (VNNI: a tile row holds k and k+1 of 16 columns)
@@ -1125,8 +1130,10 @@ static size_t gdl__gemm_f32_size(int r, int c) { return ((size_t)r * c + 15) & ~
    later K blocks and segments adding). The tile unit's sums are not those of
    an f32 FMA chain (its order and rounding inside a step are its own), so
    "bf16" gives other bits than "ieee", and than a CPU without AMX (which
-   runs "ieee"); on one machine they do not depend on the thread count: a
-   block's K steps and blocks are the same whichever thread computes it. */
+   runs "ieee"); on one machine they do not depend on the thread count: an
+   element's K steps and blocks are the same whichever cell has it, and the
+   tile unit's result for an element does not depend on its row or column
+   in the tile (tests/test_fp32_precision.c). */
 #if defined(GDL__GEMM_AVX512) && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__) && \
     defined(__linux__)
 #define GDL__GEMM_AMX 1

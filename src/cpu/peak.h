@@ -15,6 +15,10 @@
    per thread count and kept.
    With CBLAS the portable loop stands for OpenBLAS's own kernels. The bf16
    and f16 GEMMs run on the CPU through f32 copies: their peak is f32's.
+   Under the bf16 precision (gdl_cpu_set_fp32_precision) on AMX the line's
+   peak is the tile unit's, measured the same way (chains of bf16 tile
+   products into 4 accumulator tiles), with the fraction of the FMA peak
+   after it.
    ------------------------------------------------------------------------- */
 #if defined(GDL__GEMM_AVX512)
 #define GDL__PEAK_ISA "avx512 fma"
@@ -44,6 +48,7 @@
 #define GDL__PEAK_SECONDS 0.08
 
 typedef struct gdl__peak_job {
+    int amx;                        /* the tile unit's bf16 products, not FMAs */
     double t_end;                   /* the tasks stop at this gdl__prof_clock */
     double rate[GDL__POOL_MAX];     /* each task's fastest stretch, FLOP/s */
     volatile float sink[GDL__POOL_MAX]; /* each task's chains' sum goes here, so its loop stays */
@@ -52,10 +57,45 @@ typedef struct gdl__peak_job {
 /* task t: FMAs on GDL__PEAK_CHAINS independent accumulators in stretches of 64 x 256 steps, each timed,
    until t_end; its fastest stretch's FLOP/s. a = a*m + c with m = 1 - c stays at 1: no overflow, no
    denormals. */
+#ifdef GDL__GEMM_AMX
+/* The tile unit's rate on this thread: 4 accumulator tiles, each 16 x 16 sums of 32 products a step */
+static double gdl__peak_amx(double t_end) {
+    static const uint16_t zeros[16 * 32] = {0}; /* the rate does not depend on the values */
+    const double stretch = 1024.0 * 4 * 16 * 16 * 32 * 2;
+    double best = 0, t0 = gdl__prof_clock(), t1;
+    int i;
+    if (!gdl__amx_configured) gdl__amx_configure();
+    _tile_loadd(4, zeros, 64);
+    _tile_loadd(5, zeros, 64);
+    _tile_loadd(6, zeros, 64);
+    _tile_loadd(7, zeros, 64);
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    do {
+        for (i = 0; i < 1024; i++) {
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+        t1 = gdl__prof_clock();
+        if (t1 > t0 && stretch / (t1 - t0) > best) best = stretch / (t1 - t0);
+        t0 = t1;
+    } while (t1 < t_end);
+    return best;
+}
+#endif
+
 static void gdl__peak_task(void *ctx, int t, int nt) {
     gdl__peak_job *j = (gdl__peak_job *)ctx;
     double best = 0, t0 = gdl__prof_clock(), t1;
     int i, k;
+#ifdef GDL__GEMM_AMX
+    if (j->amx) {
+        (void)nt;
+        j->rate[t] = gdl__peak_amx(j->t_end);
+        return;
+    }
+#endif
 #if defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_AVX2) || defined(GDL__GEMM_NEON)
     const double stretch = 64 * 256.0 * GDL__PEAK_CHAINS * GDL__PEAK_LANES * 2; /* FLOPs */
     GDL__PEAK_V a[GDL__PEAK_CHAINS], m = GDL__PEAK_SET(0.9999f), c = GDL__PEAK_SET(0.0001f);
@@ -100,14 +140,15 @@ static gdl__mutex gdl__peak_mu = GDL__MUTEX_INIT; /* one measurement at a time; 
 #define GDL__PEAK_LOCK() ((void)0)
 #define GDL__PEAK_UNLOCK() ((void)0)
 #endif
-static double gdl__peak_cache[GDL__POOL_MAX + 1]; /* GFLOP/s by thread count; 0: not measured */
+static double gdl__peak_cache[2][GDL__POOL_MAX + 1]; /* GFLOP/s by thread count, [amx]; 0: not measured */
 
 /* the measurement on `threads` of the pool (the caller holds the pool) */
-static double gdl__peak_measure(int threads) {
+static double gdl__peak_measure(int threads, int amx) {
     gdl__peak_job *j = (gdl__peak_job *)calloc(1, sizeof *j);
     double sum = 0;
     int t;
     if (!j) return -1;
+    j->amx = amx;
     j->t_end = gdl__prof_clock() + GDL__PEAK_SECONDS;
     gdl__pool_run(threads, gdl__peak_task, j);
     for (t = 0; t < threads; t++) sum += j->rate[t];
@@ -115,8 +156,8 @@ static double gdl__peak_measure(int threads) {
     return sum > 0 ? sum * 1e-9 : -1;
 }
 
-GPUDL_API double gdl_cpu_peak_gflops(int threads) {
-    const char *op = "gdl_cpu_peak_gflops";
+/* The measured peak: the FMAs' (amx 0) or the tile unit's bf16 products' (1). */
+static double gdl__cpu_peak(const char *op, int threads, int amx) {
     double p;
     int tries;
     if (threads == 0) threads = gdl_get_num_threads();
@@ -126,10 +167,10 @@ GPUDL_API double gdl_cpu_peak_gflops(int threads) {
         return -1;
     }
     GDL__PEAK_LOCK();
-    p = gdl__peak_cache[threads];
+    p = gdl__peak_cache[amx][threads];
     for (tries = 0; p <= 0 && tries < 2000; tries++) { /* the pool may be busy with another thread's op: wait */
         if (gdl__pool_acquire()) {
-            p = gdl__peak_cache[threads] = gdl__peak_measure(threads);
+            p = gdl__peak_cache[amx][threads] = gdl__peak_measure(threads, amx);
             gdl__pool_release();
             if (p <= 0) break;
         } else {
@@ -140,6 +181,7 @@ GPUDL_API double gdl_cpu_peak_gflops(int threads) {
     if (p <= 0) gdl__set_error("%s: could not measure: %s", op, tries >= 2000 ? "the thread pool stayed busy" : "out of memory");
     return p > 0 ? p : -1;
 }
+GPUDL_API double gdl_cpu_peak_gflops(int threads) { return gdl__cpu_peak("gdl_cpu_peak_gflops", threads, 0); }
 
 /* The line, e.g. "FLOPs/step 1.43e+08, 26.4 GFLOP/s, 8.8 % of peak (300.1 GFLOP/s, 2 threads, avx512 fma)";
    the peak of dev for dt: the CPU's measured with the threads in use, a GPU's from its datasheet. */
@@ -152,6 +194,14 @@ GPUDL_API const char *gdl_flops_line(double flops_per_step, double seconds_per_s
         int threads = gdl_get_num_threads();
         peak = gdl_cpu_peak_gflops(threads);
         snprintf(how, sizeof how, "%d thread%s, %s", threads, threads == 1 ? "" : "s", GDL__PEAK_ISA);
+#ifdef GDL__GEMM_AMX
+        if (gdl__cpu_bf16_gemm && dt == GDL_F32 && peak > 0) { /* the tile unit's peak, then the FMAs' share */
+            const double fma = peak;
+            peak = gdl__cpu_peak("gdl_flops_line", threads, 1);
+            snprintf(how, sizeof how, "%d thread%s, amx bf16; %.1f %% of the avx512 fma peak %.1f", threads,
+                     threads == 1 ? "" : "s", 100 * rate / fma, fma);
+        }
+#endif
     } else {
         peak = gdl_gpu_peak_gflops(dev.index, dt);
         /* a device name may be 255 bytes: the line keeps its first 100 */
