@@ -800,33 +800,38 @@ typedef struct {
     size_t wsz, tsz;   /* floats: the shared weights; a task's buffer */
 } gdl__aconv_job;
 
-/* One sample's input into xb: channel-last, padded (PT, PL), bf16; zero elsewhere. */
+/* One sample's input into xb: channel-last, padded (PT, PL), bf16; zero elsewhere. 16 channels by 16
+   pixels at a time, the pixels counted over the plane (across its rows: the maps are often narrower than
+   16), transposed in registers, rounded and stored a pixel (16 channels) at a time. */
 static void gdl__aconv_input(const gdl__aconv_job *d, const gdl_real *x, uint16_t *xb) {
-    const int Cp = d->Cp, W = d->W;
-    GDL__ALIGNAS(64) float tr[16 * 16];
-    int c0, ih, w0, i;
+    const int Cp = d->Cp, W = d->W, HW = d->H * d->W;
+    GDL__ALIGNAS(64) float tr[16 * 16], blk[16 * 16];
+    int c0, p0, i;
     memset(xb, 0, sizeof(uint16_t) * ((size_t)d->Hq * d->Wq + d->margin) * Cp);
     for (c0 = 0; c0 < d->C; c0 += 16) {
         const int cn = d->C - c0 < 16 ? d->C - c0 : 16;
-        for (ih = 0; ih < d->H; ih++)
-            for (w0 = 0; w0 < W; w0 += 16) {
-                const int wn = W - w0 < 16 ? W - w0 : 16;
-                uint16_t *dst = xb + ((size_t)(ih + d->PT) * d->Wq + d->PL + w0) * Cp + c0;
-                /* tr[pixel][channel] from [channel][pixel] rows; channels past cn zero */
-                if (wn == 16) {
-                    gdl__dconv_tr16(x + ((ptrdiff_t)c0 * d->H + ih) * W + w0, (ptrdiff_t)d->H * W, cn, tr, 16, 16);
-                } else {
-                    float blk[16 * 16];
-                    int c, j;
-                    for (c = 0; c < 16; c++)
-                        for (j = 0; j < 16; j++)
-                            blk[c * 16 + j] = c < cn && j < wn ? x[((ptrdiff_t)(c0 + c) * d->H + ih) * W + w0 + j] : 0.0f;
-                    gdl__dconv_tr16(blk, 16, 16, tr, 16, 16);
-                }
-                for (i = 0; i < wn; i++)
-                    _mm256_storeu_si256((__m256i *)(void *)(dst + (size_t)i * Cp),
-                                        (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(tr + i * 16)));
+        const gdl_real *xc = x + (ptrdiff_t)c0 * HW;
+        int ih = 0, iw = 0; /* pixel p0's row and column */
+        for (p0 = 0; p0 < HW; p0 += 16) {
+            const int pn = HW - p0 < 16 ? HW - p0 : 16;
+            if (pn == 16) {
+                gdl__dconv_tr16(xc + p0, HW, cn, tr, 16, 16);
+            } else { /* the plane's last pixels: no reading past it */
+                const __mmask16 m = (__mmask16)((1u << pn) - 1);
+                for (i = 0; i < 16; i++)
+                    _mm512_store_ps(blk + i * 16, i < cn ? _mm512_maskz_loadu_ps(m, xc + (ptrdiff_t)i * HW + p0)
+                                                         : _mm512_setzero_ps());
+                gdl__dconv_tr16(blk, 16, 16, tr, 16, 16);
             }
+            for (i = 0; i < pn; i++) {
+                _mm256_storeu_si256((__m256i *)(void *)(xb + ((size_t)(ih + d->PT) * d->Wq + d->PL + iw) * Cp + c0),
+                                    (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(tr + i * 16)));
+                if (++iw == W) {
+                    iw = 0;
+                    ih++;
+                }
+            }
+        }
     }
 }
 
@@ -946,21 +951,31 @@ static int gdl__aconv_run(const gdl_conv_geom *g, int C, int O, int H, int W, in
         !gdl__gemm_reserve(d.wsz + (size_t)threads * d.tsz))
         return 1;
     wb = (uint16_t *)(void *)gdl__gemm_shared.buf;
-    for (ob = 0; ob < d.nob; ob++)
-        for (tap = 0; tap < ntap; tap++)
-            for (cb = 0; cb < d.ncb; cb++)
-                for (e = 0; e < 2; e++) /* the two halves: channels o 0-15, 16-31 of the block */
-                    for (kp = 0; kp < 16; kp++)
-                        for (o = 0; o < 32; o++) {
-                            const int oc = ob * 32 + e * 16 + o % 16, c = cb * 32 + 2 * kp + o / 16;
-                            const int kh = tap / KW, kw = tap % KW;
-                            float v = 0;
-                            if (oc < O && c < C)
-                                v = flip ? w[(((ptrdiff_t)c * O + oc) * KH + KH - 1 - kh) * KW + KW - 1 - kw]
-                                         : w[(((ptrdiff_t)oc * C + c) * KH + kh) * KW + kw];
-                            wb[((((size_t)ob * ntap + tap) * d.ncb + cb) * 2 + e) * 512 + (size_t)kp * 32 +
-                               (o % 16) * 2 + o / 16] = gdl_f32_to_bf16(v);
-                        }
+    {
+        /* a B tile row's 32 values, 8 output channels by the pair of input channels at a time (a gather
+           of 16): w[oc][c][tap] (or w[c][oc][KK - 1 - tap]) = w[base + oc so + c sc] */
+        const int so = flip ? ntap : C * ntap, sc = flip ? O * ntap : ntap;
+        int j;
+        GDL__ALIGNAS(64) int lane[16];
+        for (j = 0; j < 16; j++) lane[j] = (j >> 1) * so + (j & 1) * sc;
+        for (ob = 0; ob < d.nob; ob++)
+            for (tap = 0; tap < ntap; tap++)
+                for (cb = 0; cb < d.ncb; cb++)
+                    for (e = 0; e < 2; e++) /* the two halves: channels o 0-15, 16-31 of the block */
+                        for (kp = 0; kp < 16; kp++)
+                            for (o = 0; o < 16; o += 8) {
+                                const int oc = ob * 32 + e * 16 + o, c = cb * 32 + 2 * kp;
+                                __mmask16 m = 0;
+                                for (j = 0; j < 16; j++)
+                                    if (oc + (j >> 1) < O && c + (j & 1) < C) m |= (__mmask16)(1u << j);
+                                _mm256_storeu_si256(
+                                    (__m256i *)(void *)(wb + ((((size_t)ob * ntap + tap) * d.ncb + cb) * 2 + e) * 512 +
+                                                        (size_t)kp * 32 + (size_t)o * 2),
+                                    (__m256i)_mm512_cvtneps_pbh(_mm512_mask_i32gather_ps(
+                                        _mm512_setzero_ps(), m, _mm512_load_si512((const void *)lane),
+                                        w + (flip ? ntap - 1 - tap : tap) + (ptrdiff_t)oc * so + (ptrdiff_t)c * sc, 4)));
+                            }
+    }
     d.wb = wb;
     gdl__pool_run(g->N, gdl__aconv_task, &d);
     return 0;
@@ -977,8 +992,9 @@ static int gdl__aconv_run(const gdl_conv_geom *g, int C, int O, int H, int W, in
    one copy for taps at an even offset q + t, one shifted by a position for
    the odd ones). The batch goes in chunks of GDL__AGW_CHUNK samples, each
    chunk's sums into its own block of partial sums (4 tiles of 32 x 32 for
-   every tap, 32 output and 32 input channels), the chunks then added into
-   gw in their order: the bits do not depend on which thread took a chunk. */
+   every tap, 32 output and 32 input channels), the chunks' sums then added
+   in their order and into gw: the bits do not depend on which thread took a
+   chunk. */
 #ifndef GDL__AGW_CHUNK
 #define GDL__AGW_CHUNK 16
 #endif
@@ -1100,15 +1116,20 @@ static int gdl__agw_run(const gdl_conv_geom *g, int OC, const gdl_real *x, const
         return 1;
     d.part = gdl__gemm_shared.buf;
     gdl__pool_run(d.nchunk, gdl__agw_task, &d);
-    for (ch = 0; ch < d.nchunk; ch++) /* the chunks in order */
-        for (tap = 0; tap < KK; tap++)
-            for (ob = 0; ob < d.nob; ob++)
-                for (cb = 0; cb < a->ncb; cb++) {
-                    const float *acc = d.part + (size_t)ch * d.psz + (((size_t)tap * d.nob + ob) * a->ncb + cb) * 1024;
-                    for (o = 0; o < 32 && ob * 32 + o < OC; o++)
-                        for (c = 0; c < 32 && cb * 32 + c < g->C; c++)
-                            gw[((ptrdiff_t)(ob * 32 + o) * g->C + cb * 32 + c) * KK + tap] += acc[o * 32 + c];
+    for (tap = 0; tap < KK; tap++) /* each block's chunks added in order, then into gw */
+        for (ob = 0; ob < d.nob; ob++)
+            for (cb = 0; cb < a->ncb; cb++) {
+                const size_t at = (((size_t)tap * d.nob + ob) * a->ncb + cb) * 1024;
+                GDL__ALIGNAS(64) float sum[1024];
+                for (c = 0; c < 1024; c += 16) {
+                    __m512 v = _mm512_loadu_ps(d.part + at + c);
+                    for (ch = 1; ch < d.nchunk; ch++) v = _mm512_add_ps(v, _mm512_loadu_ps(d.part + (size_t)ch * d.psz + at + c));
+                    _mm512_store_ps(sum + c, v);
                 }
+                for (o = 0; o < 32 && ob * 32 + o < OC; o++)
+                    for (c = 0; c < 32 && cb * 32 + c < g->C; c++)
+                        gw[((ptrdiff_t)(ob * 32 + o) * g->C + cb * 32 + c) * KK + tap] += sum[o * 32 + c];
+            }
     return 0;
 }
 #endif
