@@ -129,6 +129,9 @@ static void gdl__valid_cols(const gdl_conv_geom *g, int kw, int *lo, int *hi) {
     *hi = h < l ? l : h;
 }
 
+/* 1 when f32 GEMMs run on the tile unit in bf16 (gdl_cpu_set_fp32_precision) */
+static int gdl__cpu_bf16_gemm;
+
 #ifndef GDL__GEMM_CBLAS
 
 /* Block sizes (elements). MC must be a multiple of MR and NC of NR. They may
@@ -196,9 +199,6 @@ static void gdl__valid_cols(const gdl_conv_geom *g, int kw, int *lo, int *hi) {
 #else
 #define GDL__GEMM_MADD(a, b, acc) ((acc) + (a) * (b))
 #endif
-
-/* 1 when f32 GEMMs run on the tile unit in bf16 (gdl_cpu_set_fp32_precision) */
-static int gdl__cpu_bf16_gemm;
 
 /* Packing buffers: grow-only, 64-byte aligned inside the raw allocation. */
 typedef struct {
