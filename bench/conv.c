@@ -10,7 +10,9 @@
        GPUDL_NUM_THREADS=2 build/bench_conv [name ...]
 
    Arguments pick the shapes whose name contains one of them; BENCH_CONV_PASS
-   (forward, weight or input) one pass. Each pass is
+   (forward, weight or input) one pass; BENCH_FP32_PRECISION=bf16 the tile
+   unit's passes (gdl_cpu_set_fp32_precision; the %peak column stays the
+   FMA peak's). Each pass is
    run as the op layer runs it (src/ops/conv_pool.h): the backend's
    conv_implicit (the direct kernel or the implicit GEMM, by shape), or,
    where it declines, im2col + the batched GEMM (+ col2im). The "path"
