@@ -1137,8 +1137,6 @@ static size_t gdl__gemm_f32_size(int r, int c) { return ((size_t)r * c + 15) & ~
 #if defined(GDL__GEMM_AVX512) && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__) && \
     defined(__linux__)
 #define GDL__GEMM_AMX 1
-#include <sys/syscall.h>
-extern long syscall(long number, ...); /* unistd.h hides it under -std=c99 */
 typedef struct {
     unsigned char palette, start_row, reserved[14];
     unsigned short colsb[16];
@@ -1149,8 +1147,7 @@ static GDL__TLS int gdl__amx_configured; /* this thread's tile registers are con
 
 /* Ask Linux for the tile data state (once a process; 5.16 and later). */
 static int gdl__amx_init(void) {
-    if (gdl__amx_state == 0) gdl__amx_state = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */,
-                                                      18 /* XFEATURE_XTILEDATA */) == 0 ? 1 : -1;
+    if (gdl__amx_state == 0) gdl__amx_state = gdl__os_amx_grant() == 0 ? 1 : -1;
     return gdl__amx_state == 1;
 }
 static void gdl__amx_configure(void) {

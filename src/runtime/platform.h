@@ -86,6 +86,12 @@ int kill(pid_t pid, int sig);
 #if defined(__linux__) && defined(__GLIBC__) && !defined(__USE_GNU)
 extern int sched_getaffinity(pid_t, size_t, cpu_set_t *); /* -std=c99 hides it; the symbol is in every glibc */
 #endif
+#if defined(__linux__) && (defined(__x86_64__) || defined(__i386__))
+#include <sys/syscall.h> /* SYS_arch_prctl: AMX's tile data (gdl__os_amx_grant) */
+#if defined(__GLIBC__) && !defined(__USE_MISC)
+extern long syscall(long number, ...); /* -std=c99 hides it; the symbol is in every glibc */
+#endif
+#endif
 #else
 #include <errno.h>
 #include <time.h>
@@ -335,6 +341,16 @@ GDL__OSFN void gdl__os_sleep_ms(int ms) {
 /* ---- the CPU count ----
    The CPUs this process may run on: its affinity on Linux (glibc) and Windows (the first 64: one
    processor group), else the online CPUs; 0 when unknown. */
+/* Asks Linux for the tile data state of AMX (the bf16 precision's GEMMs and convolutions, src/cpu/gemm.h):
+   0 when granted (Linux 5.16 and later, a CPU that has it), -1 elsewhere. */
+GDL__OSFN int gdl__os_amx_grant(void) {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0 ? 0 : -1;
+#else
+    return -1;
+#endif
+}
+
 GDL__OSFN long gdl__os_cpu_count(void) {
     long n = 0;
 #if defined(GDL__OS_POSIX)
