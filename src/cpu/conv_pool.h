@@ -866,29 +866,16 @@ static void gdl__aconv_task(void *p, int t, int nt) {
         for (ob = 0; ob < d->nob; ob++) {
             const uint16_t *wo = d->wb + (size_t)ob * ntap * kstep;
             const int on = d->O - ob * 32 < 32 ? d->O - ob * 32 : 32;
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
+            gdl__amx_zero4();
             for (tap = 0; tap < ntap; tap++) {
                 const int kh = tap / d->KW, kw = tap % d->KW;
                 const uint16_t *xa = xb + ((size_t)q0 + (size_t)kh * d->DH * Wq + (size_t)kw * d->DW) * Cp;
                 for (cb = 0; cb < d->ncb; cb++) {
                     const uint16_t *wt = wo + (size_t)tap * kstep + (size_t)cb * 1024;
-                    _tile_loadd(4, xa + cb * 32, Cp * 2);
-                    _tile_loadd(5, xa + (size_t)16 * Cp + cb * 32, Cp * 2);
-                    _tile_loadd(6, wt, 64);
-                    _tile_loadd(7, wt + 512, 64);
-                    _tile_dpbf16ps(0, 4, 6);
-                    _tile_dpbf16ps(1, 4, 7);
-                    _tile_dpbf16ps(2, 5, 6);
-                    _tile_dpbf16ps(3, 5, 7);
+                    gdl__amx_step(xa + cb * 32, xa + (size_t)16 * Cp + cb * 32, Cp * 2, wt, wt + 512, 64);
                 }
             }
-            _tile_stored(0, s, 128);
-            _tile_stored(1, s + 16, 128);
-            _tile_stored(2, s + 512, 128);
-            _tile_stored(3, s + 528, 128);
+            gdl__amx_store4(s);
             for (k = 0; k < 4; k++) /* st[channel][position] */
                 gdl__dconv_tr16(s + (k >> 1) * 512 + (k & 1) * 16, 32, 16, st + (k & 1) * 512 + (k >> 1) * 16, 32, 16);
             for (o = 0; o < on; o++) {
@@ -1060,25 +1047,15 @@ static void gdl__agw_task(void *p, int t, int nt) {
                 for (cb = 0; cb < a->ncb; cb++) {
                     float *acc = part + (((size_t)tap * d->nob + ob) * a->ncb + cb) * 1024;
                     const uint16_t *g0 = gyb + (size_t)ob * 32 * d->Lk;
-                    if (n == n0) {
-                        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-                    } else {
-                        _tile_loadd(0, acc, 128); _tile_loadd(1, acc + 16, 128);
-                        _tile_loadd(2, acc + 512, 128); _tile_loadd(3, acc + 528, 128);
-                    }
+                    if (n == n0)
+                        gdl__amx_zero4();
+                    else
+                        gdl__amx_load4(acc);
                     for (q0 = 0; q0 < d->Lk; q0 += 32) {
                         const uint16_t *b = xv + ((size_t)q0 / 2 * Cp + (size_t)cb * 32) * 2;
-                        _tile_loadd(4, g0 + q0, d->Lk * 2);
-                        _tile_loadd(5, g0 + (size_t)16 * d->Lk + q0, d->Lk * 2);
-                        _tile_loadd(6, b, Cp * 4);
-                        _tile_loadd(7, b + 32, Cp * 4);
-                        _tile_dpbf16ps(0, 4, 6);
-                        _tile_dpbf16ps(1, 4, 7);
-                        _tile_dpbf16ps(2, 5, 6);
-                        _tile_dpbf16ps(3, 5, 7);
+                        gdl__amx_step(g0 + q0, g0 + (size_t)16 * d->Lk + q0, d->Lk * 2, b, b + 32, Cp * 4);
                     }
-                    _tile_stored(0, acc, 128); _tile_stored(1, acc + 16, 128);
-                    _tile_stored(2, acc + 512, 128); _tile_stored(3, acc + 528, 128);
+                    gdl__amx_store4(acc);
                 }
         }
     }

@@ -1107,6 +1107,34 @@ static void gdl__gemm_put(const gdl__gemm_args *g, const gdl_real *tmp, gdl_real
     }
 }
 
+/* gdl__gemm_blocked's packing of segment seg's K block [pc, pc+kc): B's columns [jc, jc+nc) into
+   NR-wide micro-panels (kc*NR apart) in bbuf, A's rows [ic, ic+mc) into MR-tall ones in abuf. */
+static void gdl__gemm_pack_b_block(const gdl__gemm_args *g, int seg, int pc, int kc, int jc, int nc,
+                                   gdl_real *GDL__RESTRICT bbuf) {
+    int jr;
+    if (g->span)
+        for (jr = 0; jr < nc; jr += GDL__GEMM_NR) {
+            const int n = nc - jr < GDL__GEMM_NR ? nc - jr : GDL__GEMM_NR;
+            gdl__gemm_pack_span(g->conv, g->B, g->ldb, g->span, g->sBs, pc, kc, jc + jr, n, bbuf + (size_t)jr * kc);
+        }
+    else if (!g->conv && !g->transB)
+        gdl__gemm_pack_b_rows(g->B + seg * g->sB, g->ldb, pc, kc, jc, nc, bbuf);
+    else
+        for (jr = 0; jr < nc; jr += GDL__GEMM_NR) {
+            const int n = nc - jr < GDL__GEMM_NR ? nc - jr : GDL__GEMM_NR;
+            gdl__gemm_pack_b(g->conv, g->transB, g->B + seg * g->sB, g->ldb, pc, kc, jc + jr, n,
+                             bbuf + (size_t)jr * kc);
+        }
+}
+static void gdl__gemm_pack_a_block(const gdl__gemm_args *g, int seg, int ic, int mc, int pc, int kc,
+                                   gdl_real *GDL__RESTRICT abuf) {
+    int ir;
+    for (ir = 0; ir < mc; ir += GDL__GEMM_MR) {
+        const int m = mc - ir < GDL__GEMM_MR ? mc - ir : GDL__GEMM_MR;
+        gdl__gemm_pack_a(g->transA, g->A + seg * g->sA, g->lda, ic + ir, m, pc, kc, abuf + (size_t)ir * kc);
+    }
+}
+
 /* Elements of an f32 packing buffer of r x c, rounded up to 64 bytes. */
 static size_t gdl__gemm_f32_size(int r, int c) { return ((size_t)r * c + 15) & ~(size_t)15; }
 
@@ -1200,27 +1228,48 @@ static void gdl__amx_cvt_a(const float *p0, int mrows, int kc, int ks, uint16_t 
             }
 }
 
-/* The 32 x 32 block of sums of ks K steps: a0, a1 two A groups, b a micro-panel -> t [32][32] */
-static void gdl__amx_kernel(int ks, const uint16_t *a0, const uint16_t *a1, const uint16_t *b, float *t) {
-    int s;
+/* The 32 x 32 block of sums every tile-unit kernel here keeps: tiles 0-3 its four 16 x 16 quarters
+   (rows of A 0-15 / 16-31 by columns of B 0-15 / 16-31), 4-5 the two A tiles, 6-7 the two B tiles. */
+static inline void gdl__amx_zero4(void) {
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
     _tile_zero(3);
-    for (s = 0; s < ks; s++) {
-        _tile_loadd(4, a0 + (size_t)s * 512, 64);
-        _tile_loadd(5, a1 + (size_t)s * 512, 64);
-        _tile_loadd(6, b + (size_t)s * 1024, 64);
-        _tile_loadd(7, b + (size_t)s * 1024 + 512, 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-    }
+}
+/* the block from / to t [32][32] (rows 32 floats apart) */
+static inline void gdl__amx_load4(const float *t) {
+    _tile_loadd(0, t, 128);
+    _tile_loadd(1, t + 16, 128);
+    _tile_loadd(2, t + 512, 128);
+    _tile_loadd(3, t + 528, 128);
+}
+static inline void gdl__amx_store4(float *t) {
     _tile_stored(0, t, 128);
     _tile_stored(1, t + 16, 128);
     _tile_stored(2, t + 512, 128);
     _tile_stored(3, t + 528, 128);
+}
+/* one K step of 32: the A tiles a0, a1 (lda bytes a row), the B tiles b0, b1 (ldb bytes a row of pairs) */
+static inline void gdl__amx_step(const uint16_t *a0, const uint16_t *a1, int lda, const uint16_t *b0,
+                                 const uint16_t *b1, int ldb) {
+    _tile_loadd(4, a0, lda);
+    _tile_loadd(5, a1, lda);
+    _tile_loadd(6, b0, ldb);
+    _tile_loadd(7, b1, ldb);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+}
+
+/* The 32 x 32 block of sums of ks K steps: a0, a1 two A groups, b a micro-panel -> t [32][32] */
+static void gdl__amx_kernel(int ks, const uint16_t *a0, const uint16_t *a1, const uint16_t *b, float *t) {
+    int s;
+    gdl__amx_zero4();
+    for (s = 0; s < ks; s++)
+        gdl__amx_step(a0 + (size_t)s * 512, a1 + (size_t)s * 512, 64, b + (size_t)s * 1024, b + (size_t)s * 1024 + 512,
+                      64);
+    gdl__amx_store4(t);
 }
 #endif
 
@@ -1241,28 +1290,11 @@ static void gdl__gemm_blocked_amx(const gdl__gemm_args *g, int m0, int m1, int n
             const int kc = g->K - pc < kc_blk ? g->K - pc : kc_blk, ks = (kc + 31) / 32;
             const gdl_real beta = seg == 0 && pc == 0 ? g->beta : (gdl_real)1;
             const int last = seg == g->nseg - 1 && pc + kc == g->K;
-            if (g->span)
-                for (jr = 0; jr < nc; jr += GDL__GEMM_NR) {
-                    const int n = nc - jr < GDL__GEMM_NR ? nc - jr : GDL__GEMM_NR;
-                    gdl__gemm_pack_span(g->conv, g->B, g->ldb, g->span, g->sBs, pc, kc, jc + jr, n,
-                                        bbuf + (size_t)jr * kc);
-                }
-            else if (!g->conv && !g->transB)
-                gdl__gemm_pack_b_rows(g->B + seg * g->sB, g->ldb, pc, kc, jc, nc, bbuf);
-            else
-                for (jr = 0; jr < nc; jr += GDL__GEMM_NR) {
-                    const int n = nc - jr < GDL__GEMM_NR ? nc - jr : GDL__GEMM_NR;
-                    gdl__gemm_pack_b(g->conv, g->transB, g->B + seg * g->sB, g->ldb, pc, kc, jc + jr, n,
-                                     bbuf + (size_t)jr * kc);
-                }
+            gdl__gemm_pack_b_block(g, seg, pc, kc, jc, nc, bbuf);
             for (jr = 0; jr < nc; jr += 32) gdl__amx_cvt_b(bbuf + (size_t)jr * kc, kc, ks, bbf + (size_t)jr / 32 * ks * 1024);
             for (ic = m0; ic < m1; ic += mc_blk) {
                 const int mc = m1 - ic < mc_blk ? m1 - ic : mc_blk;
-                for (ir = 0; ir < mc; ir += GDL__GEMM_MR) {
-                    const int m = mc - ir < GDL__GEMM_MR ? mc - ir : GDL__GEMM_MR;
-                    gdl__gemm_pack_a(g->transA, g->A + seg * g->sA, g->lda, ic + ir, m, pc, kc,
-                                     abuf + (size_t)ir * kc);
-                }
+                gdl__gemm_pack_a_block(g, seg, ic, mc, pc, kc, abuf);
                 for (ir = 0; ir < mc; ir += 16)
                     gdl__amx_cvt_a(abuf + (size_t)ir * kc, mc - ir < 16 ? mc - ir : 16, kc, ks,
                                    abf + (size_t)ir / 16 * ks * 512);
@@ -1304,27 +1336,10 @@ static void gdl__gemm_blocked(const gdl__gemm_args *g, int m0, int m1, int n0, i
             /* later K blocks (and segments) accumulate; the epilogue follows the last */
             const gdl_real beta = seg == 0 && pc == 0 ? g->beta : (gdl_real)1;
             const int last = seg == g->nseg - 1 && pc + kc == g->K;
-            if (g->span)
-                for (jr = 0; jr < nc; jr += GDL__GEMM_NR) {
-                    const int n = nc - jr < GDL__GEMM_NR ? nc - jr : GDL__GEMM_NR;
-                    gdl__gemm_pack_span(g->conv, g->B, g->ldb, g->span, g->sBs, pc, kc, jc + jr, n,
-                                        bbuf + (size_t)jr * kc);
-                }
-            else if (!g->conv && !g->transB)
-                gdl__gemm_pack_b_rows(g->B + seg * g->sB, g->ldb, pc, kc, jc, nc, bbuf);
-            else
-                for (jr = 0; jr < nc; jr += GDL__GEMM_NR) {
-                    const int n = nc - jr < GDL__GEMM_NR ? nc - jr : GDL__GEMM_NR;
-                    gdl__gemm_pack_b(g->conv, g->transB, g->B + seg * g->sB, g->ldb, pc, kc, jc + jr, n,
-                                     bbuf + (size_t)jr * kc);
-                }
+            gdl__gemm_pack_b_block(g, seg, pc, kc, jc, nc, bbuf);
             for (ic = m0; ic < m1; ic += mc_blk) {
                 const int mc = m1 - ic < mc_blk ? m1 - ic : mc_blk;
-                for (ir = 0; ir < mc; ir += GDL__GEMM_MR) {
-                    const int m = mc - ir < GDL__GEMM_MR ? mc - ir : GDL__GEMM_MR;
-                    gdl__gemm_pack_a(g->transA, g->A + seg * g->sA, g->lda, ic + ir, m, pc, kc,
-                                     abuf + (size_t)ir * kc);
-                }
+                gdl__gemm_pack_a_block(g, seg, ic, mc, pc, kc, abuf);
                 /* jr outside ir: one B micro-panel stays in L1 while the
                    A micro-panels stream past it from L2 */
                 for (jr = 0; jr < nc; jr += GDL__GEMM_NR) {
