@@ -284,21 +284,24 @@ TEST fz_bn_act_bitwise_case(gdl_device dev) {
     PASS();
 }
 
-/* Batch norm + GELU with long channels (2 x 70001 values each: the CPU's GELU per row rather than over a
-   group of channels' spans, gdl__bn_gelu_group) bitwise the two ops: the output, x's, weight's and bias's
-   gradients, training and eval */
+/* Batch norm + GELU bitwise the two ops (the output, x's, weight's and bias's gradients, training and
+   eval) with long channels (2 x 70001 values each: the CPU's GELU per row rather than over a group of
+   channels' spans, gdl__bn_gelu_group) and with 3 x 3 maps, 40 channels (a group's spans, the channels
+   split among the threads); on the CPU the backward rebuilds GELU's input from x (GDL__ACT_GELU_RECIPE) */
 TEST fz_bn_gelu_long_case(gdl_device dev) {
-    int64_t xs[3] = {2, 3, 70001}, cs = 3;
-    int training, fused, rc;
-    for (training = 0; training < 2; training++) {
+    static const int64_t shapes[2][4] = {{2, 3, 70001, 1}, {7, 40, 3, 3}};
+    int fused, rc, sh;
+    for (sh = 0; sh < 4; sh++) { /* each shape in eval (training 0), then training */
+        const int64_t *xs = shapes[sh / 2], cs = xs[1];
+        const int ndim = xs[3] > 1 ? 4 : 3, training = sh % 2;
         unsigned char *buf[2] = {NULL, NULL};
         size_t len[2] = {0, 0};
         for (fused = 0; fused < 2; fused++) {
             gdl_tensor *x, *w, *b, *rm, *rv, *y = NULL, *g;
             gdl_manual_seed(21);
-            x = gdl_randn(3, xs, dev), w = gdl_randn(1, &cs, dev), b = gdl_randn(1, &cs, dev);
+            x = gdl_randn(ndim, xs, dev), w = gdl_randn(1, &cs, dev), b = gdl_randn(1, &cs, dev);
             rm = gdl_randn(1, &cs, dev), rv = gdl_ones(1, &cs, GDL_F32, dev);
-            g = gdl_randn(3, xs, dev);
+            g = gdl_randn(ndim, xs, dev);
             rc = x && w && b && rm && rv && g ? 0 : -1;
             if (rc == 0) {
                 gdl_set_requires_grad(x, 1), gdl_set_requires_grad(w, 1), gdl_set_requires_grad(b, 1);
@@ -315,13 +318,15 @@ TEST fz_bn_gelu_long_case(gdl_device dev) {
             gdl_free(x), gdl_free(w), gdl_free(b), gdl_free(rm), gdl_free(rv), gdl_free(g);
             if (rc < 0) {
                 free(buf[0]), free(buf[1]);
-                FAILf("batch norm + GELU, 2 x 3 x 70001: %s", gdl_last_error());
+                FAILf("batch norm + GELU, %lld x %lld x %lld x %lld: %s", (long long)xs[0], (long long)xs[1],
+                      (long long)xs[2], (long long)xs[3], gdl_last_error());
             }
         }
         rc = len[0] == len[1] && len[0] > 0 ? fz_first_diff(buf[0], buf[1], len[0]) : -2;
         free(buf[0]), free(buf[1]);
         if (rc != -1)
-            FAILf("batch norm + GELU, 2 x 3 x 70001, training %d: fused and unfused differ at byte %d", training, rc);
+            FAILf("batch norm + GELU, %lld x %lld x %lld x %lld, training %d: fused and unfused differ at byte %d",
+                  (long long)xs[0], (long long)xs[1], (long long)xs[2], (long long)xs[3], training, rc);
     }
     PASS();
 }

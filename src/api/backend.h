@@ -88,6 +88,11 @@ typedef struct gdl_qepi {
     int per_channel, relu, requant, qmax;
 } gdl_qepi;
 
+/* batchnorm's act for a fused GELU whose input is not kept (the CPU's f32, S > 1): pre holds 4 doubles a
+   channel (the mean, invstd, weight and bias the forward normalised with), from which the backward
+   rebuilds the input, bit for bit, instead of writing it out and reading it back */
+#define GDL__ACT_GELU_RECIPE 64
+
 /* the collectives of the backend entry `collective`; an id of comm_id has at most GDL_COMM_ID_BYTES */
 enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATHER, GDL_COLL_REDUCE_SCATTER };
 #define GDL_COMM_ID_BYTES 128
@@ -289,7 +294,8 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
        gamma/beta may be NULL (1 and 0). act (a gdl_act) GDL_ACT_RELU: y = relu(y) in the same pass \
        (gdl_batch_norm_relu; the normalised value rounded to y's dtype first, then x > 0 ? x : 0, as the \
        two ops); GDL_ACT_GELU (the CPU, f32 only): the normalised value into pre (kept for the backward), \
-       y = GELU(pre) by gdl_gelu's arithmetic; pre is NULL otherwise. */ \
+       y = GELU(pre) by gdl_gelu's arithmetic (GDL__ACT_GELU_RECIPE: pre [4C doubles] its recipe); pre is \
+       NULL otherwise. */ \
     X(int, batchnorm, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma, \
         const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean, gdl_real *run_var, \
         int training, double momentum, double eps, int act, gdl_real *pre)) \
@@ -297,7 +303,7 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
        contents are not read). training selects the batch-stats formula. act GDL_ACT_RELU: y is the fused \
        ReLU's output, whose backward comes first (gy taken as 0 + (y > 0 ? gy : 0), ReLU's backward into an \
        unset gradient); GDL_ACT_GELU: y is the forward's pre, gy taken as 0 + gy GELU'(y), gdl_gelu's \
-       backward into an unset gradient; GDL_ACT_NONE: y NULL */ \
+       backward into an unset gradient (GDL__ACT_GELU_RECIPE: y is pre's recipe); GDL_ACT_NONE: y NULL */ \
     X(int, batchnorm_backward, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy, \
         const void *y, const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd, int training, void *gx, \
         gdl_real *ggamma, gdl_real *gbeta, int accumulate, int act)) \

@@ -8,8 +8,10 @@ typedef struct {
     int64_t N, C, S;
     const gdl_real *x, *gamma, *beta;
     gdl_real *y, *mean, *invstd, *run_mean, *run_var, *pre;
-    int training, act; /* act: GDL_ACT_NONE, _RELU or _GELU (pre: where GELU's input is kept) */
+    int training, act; /* act: GDL_ACT_NONE, _RELU, _GELU (pre: where GELU's input is kept) or
+                          GDL__ACT_GELU_RECIPE (pre: the recipe's doubles, gdl__bn_recipe) */
     double momentum, eps;
+    int *failed;       /* set when a part could not get its scratch */
 } gdl__batchnorm_job;
 /* Batch norm's elementwise passes in double lanes: GDL__BNV_W floats widened, the scalar expression's
    operations in its order, then rounded once to float (so the vector and scalar loops give one result).
@@ -264,20 +266,48 @@ static int64_t gdl__bn_gelu_group(int64_t N, int64_t S) {
     const int64_t per = N * S > 0 ? N * S : 1;
     return per < GDL__BN_GELU_GROUP ? GDL__BN_GELU_GROUP / per : 1;
 }
+/* GDL__ACT_GELU_RECIPE: a fused GELU whose input is not kept (S > 1, the CPU's f32): the forward
+   writes, for each channel c, the four doubles that made pre, recipe[4c ..] = mean, invstd, weight and
+   bias, and the backward rebuilds pre from x with them, a row of a group at a time, in cache: the
+   same bits as the kept tensor, without writing it out and reading it back (two passes through memory
+   of the input's size). Here: channels [c0, c1) of x's row (the sample) into pre's. */
+static void gdl__bn_recipe_rows(const gdl_real *x, int64_t S, int64_t c0, int64_t c1, const double *recipe,
+                                gdl_real *pre) {
+    int64_t c;
+    for (c = c0; c < c1; c++) {
+        const double *r = recipe + 4 * c;
+        gdl__bn_affine_rows(x + c * S, pre + (c - c0) * S, S, r[0], r[1], r[2], r[3], GDL_ACT_NONE, NULL);
+    }
+}
+
 /* The S > 1 forward of channels [lo, hi): per channel the statistics (gdl__rows_sum's order) and the
-   affine rows; a fused GELU per row, or (grouped, gdl__bn_gelu_group) over the group's spans after it */
+   affine rows; a fused GELU per row, or (grouped, gdl__bn_gelu_group) over the group's spans after it
+   (GDL__ACT_GELU_RECIPE: always grouped, pre in the part's scratch) */
 static void gdl__batchnorm_part(gdl__args a, int64_t lo, int64_t hi) {
-    const gdl__batchnorm_job b = *(const gdl__batchnorm_job *)a.ctx;
+    gdl__batchnorm_job b = *(const gdl__batchnorm_job *)a.ctx;
     const int64_t N = b.N, C = b.C, S = b.S;
-    const int64_t G = b.act == GDL_ACT_GELU ? gdl__bn_gelu_group(N, S) : hi - lo;
+    const int recipe = b.act == GDL__ACT_GELU_RECIPE;
+    const int64_t G = b.act == GDL_ACT_GELU || recipe ? gdl__bn_gelu_group(N, S) : hi - lo;
+    double *rd = recipe ? (double *)(void *)b.pre : NULL;
     int64_t c, c0, c1, n;
     if (S == 1) {
         gdl__batchnorm_cols(&b, lo, hi);
         return;
     }
+    if (recipe) { /* pre: the part's scratch, a group's rows laid out as the tensor's ([n][c - c0][S]) */
+        const int64_t g = G < hi - lo ? G : hi - lo;
+        if (!(b.pre = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(N * S * g)))) {
+            gdl__atomic_store(b.failed, 1, GDL__MO_RELAXED);
+            return;
+        }
+    }
     for (c0 = lo; c0 < hi; c0 = c1) {
-        const int grouped = b.act == GDL_ACT_GELU && G > 1;
+        const int grouped = recipe || (b.act == GDL_ACT_GELU && G > 1);
+        int64_t pC; /* pre's channels a row: the tensor's C, or the scratch's group */
+        gdl_real *pre0; /* pre0 + (n pC + c) S is channel c's row n */
         c1 = hi - c0 < G ? hi : c0 + G;
+        pC = recipe ? c1 - c0 : C;
+        pre0 = recipe ? b.pre - c0 * S : b.pre;
         for (c = c0; c < c1; c++) {
             const gdl_real *x = b.x + c * S;
             int64_t M = N * S;
@@ -299,32 +329,43 @@ static void gdl__batchnorm_part(gdl__args a, int64_t lo, int64_t hi) {
             is = 1.0 / sqrt(var + b.eps);
             b.mean[c] = (gdl_real)mu;
             b.invstd[c] = (gdl_real)is;
+            if (rd) rd[4 * c] = mu, rd[4 * c + 1] = is, rd[4 * c + 2] = gm, rd[4 * c + 3] = bt;
             for (n = 0; n < N; n++) {
                 const int64_t at = (n * C + c) * S;
-                if (grouped) gdl__bn_affine_rows(x + n * C * S, b.pre + at, S, mu, is, gm, bt, GDL_ACT_NONE, NULL);
+                if (grouped) gdl__bn_affine_rows(x + n * C * S, pre0 + (n * pC + c) * S, S, mu, is, gm, bt, GDL_ACT_NONE, NULL);
                 else gdl__bn_affine_rows(x + n * C * S, b.y + at, S, mu, is, gm, bt, b.act, b.pre ? b.pre + at : NULL);
             }
         }
         if (grouped)
             for (n = 0; n < N; n++) {
-                if (n + 1 < N) gdl__bn_prefetch(b.pre + ((n + 1) * C + c0) * S, (c1 - c0) * S);
-                gdl__gelu_rows(b.pre + (n * C + c0) * S, b.y + (n * C + c0) * S, (c1 - c0) * S);
+                if (n + 1 < N) gdl__bn_prefetch(pre0 + ((n + 1) * pC + c0) * S, (c1 - c0) * S);
+                gdl__gelu_rows(pre0 + (n * pC + c0) * S, b.y + (n * C + c0) * S, (c1 - c0) * S);
             }
     }
+    if (recipe) GPUDL_FREE(b.pre);
 }
 static int gdl__cpu_batchnorm_f32(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma,
                               const gdl_real *beta, gdl_real *y, gdl_real *mean, gdl_real *invstd,
                               gdl_real *run_mean, gdl_real *run_var, int training, double momentum, double eps,
                               int act, gdl_real *pre) {
-    gdl__batchnorm_job b = {N, C, S, x, gamma, beta, y, mean, invstd, run_mean, run_var, pre, training, act, momentum, eps};
+    int failed = 0;
+    gdl__batchnorm_job b = {N, C, S, x, gamma, beta, y, mean, invstd, run_mean, run_var, pre, training, act, momentum, eps,
+                            &failed};
     gdl__args a = gdl__args_none();
-    if (act != GDL_ACT_NONE && act != GDL_ACT_RELU && (act != GDL_ACT_GELU || !pre)) {
+    if (act != GDL_ACT_NONE && act != GDL_ACT_RELU &&
+        ((act != GDL_ACT_GELU && act != GDL__ACT_GELU_RECIPE) || !pre || (act == GDL__ACT_GELU_RECIPE && S == 1))) {
         gdl__set_error("%s: batchnorm: fused activation %d%s (GDL_ACT_NONE, GDL_ACT_RELU, or GDL_ACT_GELU with pre)",
-                       gdl__be_op, act, act == GDL_ACT_GELU ? " without pre" : "");
+                       gdl__be_op, act, act == GDL_ACT_GELU && !pre ? " without pre" : "");
         return -1;
     }
     a.ctx = &b;
     gdl__parallel_loop(C, N * C * S, gdl__batchnorm_part, &a);
+    if (failed) {
+        const int64_t G = gdl__bn_gelu_group(N, S);
+        gdl__set_error("%s: batchnorm: out of host memory for the fused GELU's scratch (%lld floats a part)",
+                       gdl__be_op, (long long)(N * S * (G < C ? G : C)));
+        return -1;
+    }
     return 0;
 }
 
@@ -333,7 +374,8 @@ typedef struct {
     const gdl_real *x, *gy, *y, *gamma, *mean, *invstd;
     int training;
     gdl_real *gx, *ggamma, *gbeta;
-    int accumulate, act; /* act GDL_ACT_RELU: y is the ReLU's output; GDL_ACT_GELU: y is GELU's input */
+    int accumulate, act; /* act GDL_ACT_RELU: y is the ReLU's output; GDL_ACT_GELU: y is GELU's input;
+                            GDL__ACT_GELU_RECIPE: y is the recipe's doubles */
     int *failed;         /* set when a part could not get its scratch */
 } gdl__batchnorm_backward_job;
 /* A fused GELU's backward, gdl_gelu's (gdl__gelu_grad_rows into an unset gradient: 0 + gy GELU'(pre)), over
@@ -346,6 +388,18 @@ static void gdl__bn_gelu_grads(const gdl_real *pre, const gdl_real *gy, int64_t 
     for (n = 0; n < N; n++) {
         if (n + 1 < N) gdl__bn_prefetch(pre + (n + 1) * stride, w), gdl__bn_prefetch(gy + (n + 1) * stride, w);
         gdl__gelu_grad_rows(pre + n * stride, gy + n * stride, g + n * gw, w, 0);
+    }
+}
+/* ... GDL__ACT_GELU_RECIPE's: channels [c0, c1) of each row of x (C S apart) rebuilt into prow (a row's
+   span) first */
+static void gdl__bn_gelu_grads_recipe(const gdl_real *x, const gdl_real *gy, int64_t N, int64_t C, int64_t S,
+                                      int64_t c0, int64_t c1, const double *recipe, gdl_real *prow, gdl_real *g) {
+    const int64_t w = (c1 - c0) * S;
+    int64_t n;
+    for (n = 0; n < N; n++) {
+        if (n + 1 < N) gdl__bn_prefetch(x + ((n + 1) * C + c0) * S, w), gdl__bn_prefetch(gy + ((n + 1) * C + c0) * S, w);
+        gdl__bn_recipe_rows(x + n * C * S, S, c0, c1, recipe, prow);
+        gdl__gelu_grad_rows(prow, gy + (n * C + c0) * S, g + n * w, w, 0);
     }
 }
 /* gx = (acc ? gx : 0) + A (M g - sg - (x - mu) is sgx) (training; A = gm is / M), or + g gm is, over n
@@ -495,21 +549,26 @@ static void gdl__batchnorm_backward_cols(const gdl__batchnorm_backward_job *b, i
 static void gdl__batchnorm_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     const gdl__batchnorm_backward_job b = *(const gdl__batchnorm_backward_job *)a.ctx;
     const int64_t N = b.N, C = b.C, S = b.S;
-    const int gelu = b.act == GDL_ACT_GELU;
-    const int64_t G = gelu ? gdl__bn_gelu_group(N, S) : hi - lo;
+    const int recipe = b.act == GDL__ACT_GELU_RECIPE, gelu = b.act == GDL_ACT_GELU || recipe;
+    const int64_t G = gelu ? gdl__bn_gelu_group(N, S) : hi - lo, g = G < hi - lo ? G : hi - lo;
     int64_t c, c0, c1, n;
     gdl_real *scr = NULL;
     if (S == 1) {
         gdl__batchnorm_backward_cols(&b, lo, hi);
         return;
     }
-    if (gelu && !(scr = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(N * S * (G < hi - lo ? G : hi - lo))))) {
+    /* a group's gradient (and for the recipe a row's rebuilt pre after it) */
+    if (gelu && !(scr = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)((N + recipe) * S * g)))) {
         gdl__atomic_store(b.failed, 1, GDL__MO_RELAXED);
         return;
     }
     for (c0 = lo; c0 < hi; c0 = c1) {
         c1 = hi - c0 < G ? hi : c0 + G;
-        if (gelu) gdl__bn_gelu_grads(b.y + c0 * S, b.gy + c0 * S, N, C * S, (c1 - c0) * S, scr, (c1 - c0) * S);
+        if (recipe)
+            gdl__bn_gelu_grads_recipe(b.x, b.gy, N, C, S, c0, c1, (const double *)(const void *)b.y, scr + N * S * g,
+                                      scr);
+        else if (gelu)
+            gdl__bn_gelu_grads(b.y + c0 * S, b.gy + c0 * S, N, C * S, (c1 - c0) * S, scr, (c1 - c0) * S);
         for (c = c0; c < c1; c++) {
             const gdl_real *x = b.x + c * S, *gy = gelu ? scr + (c - c0) * S : b.gy + c * S;
             const gdl_real *y = b.y && !gelu ? b.y + c * S : NULL;
@@ -534,7 +593,9 @@ static int gdl__cpu_batchnorm_backward_f32(int64_t N, int64_t C, int64_t S, cons
     gdl__batchnorm_backward_job b = {N, C, S, x, gy, y, gamma, mean, invstd, training, gx, ggamma, gbeta, accumulate,
                                      act, &failed};
     gdl__args a = gdl__args_none();
-    if (act != GDL_ACT_NONE && ((act != GDL_ACT_RELU && act != GDL_ACT_GELU) || !y)) {
+    if (act != GDL_ACT_NONE &&
+        ((act != GDL_ACT_RELU && act != GDL_ACT_GELU && act != GDL__ACT_GELU_RECIPE) || !y ||
+         (act == GDL__ACT_GELU_RECIPE && S == 1))) {
         gdl__set_error("%s: batchnorm_backward: fused activation %d%s (GDL_ACT_NONE, or GDL_ACT_RELU / GDL_ACT_GELU "
                        "with y)", gdl__be_op, act, y ? "" : " without y");
         return -1;

@@ -79,7 +79,8 @@ static gdl_node *gdl__record_norm(const char *op, int opid, gdl_tensor *out, gdl
 
 /* gdl_batch_norm_act (op: the public call's name) with act GDL_ACT_NONE (gdl_batch_norm), GDL_ACT_RELU
    (gdl_batch_norm_relu) or GDL_ACT_GELU: the activation in the backend's passes. GELU keeps its input, pre
-   (f32 whatever x's dtype), for the backward. */
+   (f32 whatever x's dtype), for the backward; the CPU's f32 maps (S > 1) keep only the doubles that made it
+   (GDL__ACT_GELU_RECIPE, n->i[4] 1): the backward rebuilds it from x. */
 static gdl_tensor *gdl__batch_norm(const char *op, gdl_tensor *x, gdl_tensor *rmean, gdl_tensor *rvar,
                                    gdl_tensor *weight, gdl_tensor *bias, int training, double momentum, double eps,
                                    int act) {
@@ -88,7 +89,7 @@ static gdl_tensor *gdl__batch_norm(const char *op, gdl_tensor *x, gdl_tensor *rm
                                               : GDL_OP_BATCH_NORM;
     const int relu = act == GDL_ACT_RELU, gelu = act == GDL_ACT_GELU;
     int64_t N, C, S = 1, cshape;
-    int k, err, use_batch;
+    int k, err, use_batch, recipe = 0;
     gdl_tensor *out, *mean, *invstd, *stats = NULL, *pre = NULL;
     gdl_node *n;
     const gdl_backend *be;
@@ -139,10 +140,14 @@ static gdl_tensor *gdl__batch_norm(const char *op, gdl_tensor *x, gdl_tensor *rm
     cshape = C;
     if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, dt, x->device)))
         return NULL;
-    if (gelu) { /* the node keeps two tensors: the statistics [2C] (mean, then invstd) and GELU's input */
+    if (gelu) { /* the node keeps two tensors: the statistics [2C] (mean, then invstd) and GELU's input or
+                   its recipe [4C doubles] */
+        int64_t rshape = 8 * C;
+        recipe = dt == GDL_F32 && x->device.type == GDL_DEVICE_CPU && S > 1;
         cshape = 2 * C;
         if (!(stats = gdl__tmp(op, 1, &cshape, GDL_F32, x->device)) ||
-            !(pre = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device)))
+            !(pre = recipe ? gdl__tmp(op, 1, &rshape, GDL_F32, x->device)
+                           : gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device)))
             return NULL;
         mean = invstd = stats;
     } else if (!(mean = gdl__tmp(op, 1, &cshape, GDL_F32, x->device)) ||
@@ -156,14 +161,15 @@ static gdl_tensor *gdl__batch_norm(const char *op, gdl_tensor *x, gdl_tensor *rm
             return NULL;
     } else if (be->k.batchnorm(GDL_F32, N, C, S, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, GDL__R(out),
                              GDL__R(mean), GDL__R(invstd) + (gelu ? C : 0), rmean ? GDL__R(rmean) : NULL,
-                             rvar ? GDL__R(rvar) : NULL, use_batch, momentum, eps, act, pre ? GDL__R(pre) : NULL) < 0) {
+                             rvar ? GDL__R(rvar) : NULL, use_batch, momentum, eps, recipe ? GDL__ACT_GELU_RECIPE : act,
+                             pre ? GDL__R(pre) : NULL) < 0) {
         return NULL;
     }
     n = gelu ? gdl__record_norm(op, opid, out, x, weight, bias, stats, pre, eps, &err)
              : gdl__record_norm(op, opid, out, x, weight, bias, mean, invstd, eps, &err);
     if (err) return NULL;
     if (n) {
-        n->i[0] = N; n->i[1] = C; n->i[2] = S; n->i[3] = use_batch;
+        n->i[0] = N; n->i[1] = C; n->i[2] = S; n->i[3] = use_batch; n->i[4] = recipe;
         n->stats[0] = rmean; n->stats[1] = rvar;
     }
     return gdl__finish(op, out);
@@ -181,12 +187,12 @@ GPUDL_API gdl_tensor *gdl_batch_norm_act(gdl_tensor *x, gdl_tensor *rmean, gdl_t
     return gdl__batch_norm("gdl_batch_norm_act", x, rmean, rvar, weight, bias, training, momentum, eps, (int)act);
 }
 
-/* batch_norm_relu's backward reads its output (the ReLU's mask); batch_norm_gelu's its saved pre (saved[1],
-   the statistics in saved[0]: mean, then invstd) */
+/* batch_norm_relu's backward reads its output (the ReLU's mask); batch_norm_gelu's its saved pre or pre's
+   recipe (saved[1], the statistics in saved[0]: mean, then invstd) */
 static int gdl__bw_batch_norm(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *w = n->in[1];
     const int relu = n->op == GDL_OP_BATCH_NORM_RELU, gelu = n->op == GDL_OP_BATCH_NORM_GELU;
-    const int act = relu ? GDL_ACT_RELU : gelu ? GDL_ACT_GELU : GDL_ACT_NONE;
+    const int act = relu ? GDL_ACT_RELU : gelu ? (n->i[4] ? GDL__ACT_GELU_RECIPE : GDL_ACT_GELU) : GDL_ACT_NONE;
     if (n->out->dtype != GDL_F32)
         return be->k.batchnorm_backward(n->out->dtype, n->i[0], n->i[1], n->i[2], n->in[0]->data, n->out->grad->data,
                                          relu ? n->out->data : gelu ? n->saved[1]->data : NULL, w ? GDL__R(w) : NULL,
