@@ -3575,8 +3575,9 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     /* a convolution's GEMMs without the column matrix (the CPU's implicit GEMM), the bits of im2col + gemm \
        (+ col2im); w [OC, C/groups, KH, KW]. pass 0: out [N,OC,OH,OW] = conv(x, w), then + bias (NULL: none), \
        pre and act as bias_act's; pass 1: out (gw) += the weight gradient of x and gy; pass 2: out (gx) += the \
-       input gradient of w and gy. Returns 1, having done nothing, where the backend has no such path (CUDA) \
-       or im2col is the faster for the shape: the caller then runs im2col, gemm, col2im. */ \
+       input gradient of w and gy; pass 3: pass 2 into an unset out (written, not added). Returns 1, having \
+       done nothing, where the backend has no such path (CUDA) or im2col is the faster for the shape: the \
+       caller then runs im2col, gemm, col2im (pass 3: zeroes out, then pass 2 or those). */ \
     X(int, conv_implicit, (int pass, const gdl_conv_geom *g, int groups, int OC, int act, const gdl_real *x, \
         const gdl_real *w, const gdl_real *gy, const gdl_real *bias, gdl_real *out, gdl_real *pre)) \
     /* pooling per (n,c) plane, elements of dt; idx: flat h*W+w of the max; avg counts padding; \
@@ -12244,17 +12245,34 @@ static void gdl__aconv_task(void *p, int t, int nt) {
     }
 }
 
+#ifndef GDL__AGW_CHUNK
+#define GDL__AGW_CHUNK 16
+#endif
+/* The weight gradient's samples a group (gdl__agw_task): one where a sample's outputs fill K steps of
+   32 well, else the most (a power of two to the chunk's) whose stacked maps stay about 1024 positions. */
+static int gdl__agw_group(const gdl_conv_geom *g) {
+    const int P = (g->H + 2 * g->PH) * (g->W + 2 * g->PW);
+    int G = 1;
+    if (g->OH * (g->W + 2 * g->PW) < 192)
+        while (G < GDL__AGW_CHUNK && 2 * G * P <= 1024) G *= 2;
+    return G;
+}
+
 /* Where it runs: bf16 precision, stride 1, one group, at least 8 input and 16 output channels (fewer
    would leave most of a tile's 32 channels empty). */
 static int gdl__aconv_pays(const gdl_conv_geom *g, int groups, int C, int O) {
     return gdl__cpu_bf16_gemm && groups == 1 && g->SH == 1 && g->SW == 1 && C >= 8 && O >= 16;
 }
 /* ... for pass (conv_implicit's) of a convolution of OC output channels: the input gradient's padding
-   within the kernel's reach (gy padded, not cropped), the weight gradient's maps at least 32 positions
-   over the padded width (below, its one K step a sample is mostly padding: the f32 kernel is faster). */
+   within the kernel's reach (gy padded, not cropped), the weight gradient's group of maps at least 32
+   positions over the padded width (below, its one K step is mostly padding: the f32 kernel is faster). */
 static int gdl__aconv_takes(int pass, const gdl_conv_geom *g, int groups, int OC) {
     if (pass == 0) return gdl__aconv_pays(g, groups, g->C, OC);
-    if (pass == 1) return gdl__aconv_pays(g, groups, g->C, OC) && g->OH * (g->W + 2 * g->PW) >= 32;
+    if (pass == 1) {
+        const int G = gdl__agw_group(g) < g->N ? gdl__agw_group(g) : g->N;
+        return gdl__aconv_pays(g, groups, g->C, OC) &&
+               (G - 1) * (g->H + 2 * g->PH) * (g->W + 2 * g->PW) + g->OH * (g->W + 2 * g->PW) >= 32;
+    }
     return gdl__aconv_pays(g, groups, OC, g->C) && g->PH <= g->DH * (g->KH - 1) && g->PW <= g->DW * (g->KW - 1);
 }
 
@@ -12329,13 +12347,16 @@ static int gdl__aconv_run(const gdl_conv_geom *g, int C, int O, int H, int W, in
    chunk's sums into its own block of partial sums (4 tiles of 32 x 32 for
    every tap, 32 output and 32 input channels), the chunks' sums then added
    in their order and into gw: the bits do not depend on which thread took a
-   chunk. */
-#ifndef GDL__AGW_CHUNK
-#define GDL__AGW_CHUNK 16
-#endif
+   chunk. Small maps go G samples at a time, stacked P = Hq Wq positions
+   apart as one tall padded map (gy's copy zero between them), so that a
+   block's partial sums are loaded and stored once a group rather than once
+   a sample, and a 3 x 3 map's 15 positions do not each take a K step of
+   32. */
 typedef struct {
     gdl__aconv_job a;    /* the input's geometry and channel-last copy (gdl__aconv_input) */
     int N, O, Op, nob, Lk, nchunk;
+    int G, P;            /* samples a group, positions between them */
+    int npos;            /* positions of the channel-last input: G P and the margin */
     const gdl_real *gy;  /* [N][O][OH][OW] */
     float *part;         /* [chunk][tap][ob][cb][32][32] */
     size_t psz;          /* floats a chunk's partial sums */
@@ -12344,10 +12365,9 @@ typedef struct {
 static void gdl__agw_task(void *p, int t, int nt) {
     const gdl__agw_job *d = (const gdl__agw_job *)p;
     const gdl__aconv_job *a = &d->a;
-    const int Cp = a->Cp, Wq = a->Wq, ntap = a->KH * a->KW, OHW = a->OH * a->OW, npos = a->Hq * Wq + a->margin;
-    const int npair = npos / 2;
+    const int Cp = a->Cp, Wq = a->Wq, ntap = a->KH * a->KW, OHW = a->OH * a->OW, npair = d->npos / 2;
     uint16_t *xcl = (uint16_t *)(void *)(gdl__gemm_shared.buf + a->wsz + (size_t)gdl__gemm_slot() * a->tsz);
-    uint16_t *xv0 = xcl + (size_t)npos * Cp, *xv1 = xv0 + (size_t)npair * Cp * 2;
+    uint16_t *xv0 = xcl + (size_t)d->npos * Cp, *xv1 = xv0 + (size_t)npair * Cp * 2;
     uint16_t *gyb = xv1 + (size_t)npair * Cp * 2;
     float *part = d->part + (size_t)t * d->psz;
     const __m512i lo = _mm512_setr_epi32(0x200000, 0x210001, 0x220002, 0x230003, 0x240004, 0x250005, 0x260006,
@@ -12355,12 +12375,14 @@ static void gdl__agw_task(void *p, int t, int nt) {
                                          0x2e000e, 0x2f000f);
     const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
     int n, n0 = t * GDL__AGW_CHUNK, n1 = n0 + GDL__AGW_CHUNK < d->N ? n0 + GDL__AGW_CHUNK : d->N;
-    int i, o, oh, tap, ob, cb, q0;
+    int i, o, oh, tap, ob, cb, q0, s;
     (void)nt;
     if (!gdl__amx_configured) gdl__amx_configure();
-    for (n = n0; n < n1; n++) {
-        const gdl_real *gyn = d->gy + (ptrdiff_t)n * d->O * OHW;
-        gdl__aconv_input(a, a->x + (ptrdiff_t)n * a->C * a->H * a->W, xcl);
+    for (n = n0; n < n1; n += d->G) {
+        const int gn = n1 - n < d->G ? n1 - n : d->G; /* this group's samples */
+        const int npos = gn * d->P + a->margin, Lk = ((gn - 1) * d->P + a->OH * Wq + 31) / 32 * 32;
+        for (s = 0; s < gn; s++) /* in order: each sample's zeroed margin is the next one's padding */
+            gdl__aconv_input(a, a->x + (ptrdiff_t)(n + s) * a->C * a->H * a->W, xcl + (size_t)s * d->P * Cp);
         for (i = 0; i + 1 < npos; i += 2) { /* positions (i, i+1) into xv0, (i+1, i+2) into xv1 */
             int c;
             for (c = 0; c < Cp; c += 32) {
@@ -12376,18 +12398,19 @@ static void gdl__agw_task(void *p, int t, int nt) {
             }
         }
         memset(gyb, 0, sizeof(uint16_t) * (size_t)d->Op * d->Lk);
-        for (o = 0; o < d->O; o++)
-            for (oh = 0; oh < a->OH; oh++) {
-                const gdl_real *src = gyn + (ptrdiff_t)o * OHW + (ptrdiff_t)oh * a->OW;
-                uint16_t *dst = gyb + (size_t)o * d->Lk + (size_t)oh * Wq;
-                int ow;
-                for (ow = 0; ow < a->OW; ow += 16) {
-                    const int k = a->OW - ow < 16 ? a->OW - ow : 16;
-                    const __mmask16 m = (__mmask16)((1u << k) - 1);
-                    _mm256_mask_storeu_epi16((void *)(dst + ow), m,
-                                             (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + ow)));
+        for (s = 0; s < gn; s++) /* gy's rows: sample s, channel o, row oh at s P + oh Wq of row o */
+            for (o = 0; o < d->O; o++)
+                for (oh = 0; oh < a->OH; oh++) {
+                    const gdl_real *src = d->gy + ((ptrdiff_t)(n + s) * d->O + o) * OHW + (ptrdiff_t)oh * a->OW;
+                    uint16_t *dst = gyb + (size_t)o * d->Lk + (size_t)s * d->P + (size_t)oh * Wq;
+                    int ow;
+                    for (ow = 0; ow < a->OW; ow += 16) {
+                        const int k = a->OW - ow < 16 ? a->OW - ow : 16;
+                        const __mmask16 m = (__mmask16)((1u << k) - 1);
+                        _mm256_mask_storeu_epi16((void *)(dst + ow), m,
+                                                 (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + ow)));
+                    }
                 }
-            }
         for (tap = 0; tap < ntap; tap++) {
             const int off = tap / a->KW * a->DH * Wq + tap % a->KW * a->DW;
             const uint16_t *xv = off % 2 ? xv1 + (size_t)(off - 1) / 2 * Cp * 2 : xv0 + (size_t)off / 2 * Cp * 2;
@@ -12399,7 +12422,7 @@ static void gdl__agw_task(void *p, int t, int nt) {
                         gdl__amx_zero4();
                     else
                         gdl__amx_load4(acc);
-                    for (q0 = 0; q0 < d->Lk; q0 += 32) {
+                    for (q0 = 0; q0 < Lk; q0 += 32) {
                         const uint16_t *b = xv + ((size_t)q0 / 2 * Cp + (size_t)cb * 32) * 2;
                         gdl__amx_step(g0 + q0, g0 + (size_t)16 * d->Lk + q0, d->Lk * 2, b, b + 32, Cp * 4);
                     }
@@ -12425,11 +12448,14 @@ static int gdl__agw_run(const gdl_conv_geom *g, int OC, const gdl_real *x, const
     a->ncb = a->Cp / 32;
     /* past the last position a K step reads: the farthest tap, 32 positions, one for the shifted copy, even */
     a->margin = ((g->KH - 1) * g->DH * a->Wq + (g->KW - 1) * g->DW + 34 + 1) & ~1;
-    npos = (size_t)a->Hq * a->Wq + a->margin;
+    d.G = gdl__agw_group(g);
+    d.P = a->Hq * a->Wq;
+    npos = (size_t)d.G * d.P + a->margin;
+    d.npos = (int)npos;
     d.N = g->N; d.O = OC; d.gy = gy;
     d.nob = (OC + 31) / 32;
     d.Op = d.nob * 32;
-    d.Lk = (g->OH * a->Wq + 31) / 32 * 32;
+    d.Lk = ((d.G - 1) * d.P + g->OH * a->Wq + 31) / 32 * 32; /* the longest group's K */
     d.nchunk = (g->N + GDL__AGW_CHUNK - 1) / GDL__AGW_CHUNK;
     d.psz = (size_t)KK * d.nob * a->ncb * 1024;
     /* a thread's buffer: the channel-last input, its two paired copies, gy's copy (bf16: halves of floats) */
@@ -12501,10 +12527,11 @@ static int gdl__cpu_conv_implicit(int pass, const gdl_conv_geom *g, int groups, 
 #else
     const int Cg = g->C / groups, OCg = OC / groups, CgKK = Cg * g->KH * g->KW, OHW = g->OH * g->OW;
     const ptrdiff_t CHW = (ptrdiff_t)g->C * g->H * g->W;
-    const int threads = gdl_get_num_threads();
+    const int threads = gdl_get_num_threads(), fresh = pass == 3; /* pass 3: pass 2 writing out, not adding */
     gdl__gemm_args m;
     gdl__gemm_job j;
     int gi, n, nb;
+    if (fresh) pass = 2;
     if (gdl__conv_path == 0) return 1;
     if (g->N <= 0 || OCg <= 0 || CgKK <= 0) return 1;
     /* the input gradient's tasks are the samples: fewer samples than threads would leave threads idle (but
@@ -12528,12 +12555,16 @@ static int gdl__cpu_conv_implicit(int pass, const gdl_conv_geom *g, int groups, 
     }
     if (pass == 2 && gdl__aconv_takes(2, g, groups, OC) &&
         gdl__aconv_run(g, OC, g->C, g->OH, g->OW, g->DH * (g->KH - 1) - g->PH, g->DW * (g->KW - 1) - g->PW,
-                       g->H + g->DH * (g->KH - 1), g->W + g->DW * (g->KW - 1), g->H, g->W, 1, 1, gy, w, out, NULL, -1,
-                       NULL, threads) == 0) {
+                       g->H + g->DH * (g->KH - 1), g->W + g->DW * (g->KW - 1), g->H, g->W, 1, !fresh, gy, w, out, NULL,
+                       -1, NULL, threads) == 0) {
         gdl__pool_release();
         return 0;
     }
 #endif
+    if (fresh) { /* the other paths add: the caller zeroes out and asks for pass 2 */
+        gdl__pool_release();
+        return 1;
+    }
 #ifdef GDL__DCONV
     if (pass == 0 && gdl__conv_path != 2 && gdl__dconv_pays(g, groups, OC) &&
         gdl__dconv_forward(g, groups, OC, act, x, w, bias, out, pre, threads) == 0) {
@@ -17452,6 +17483,9 @@ static int gdl__bw_conv2d(gdl_node *n, const gdl_backend *be) {
     gdl__flops_add(1, n->out->numel * Cg * KK, (gx != NULL) + (gw != NULL));
     if (n->out->dtype != GDL_F32) return gdl__bw_conv2d_lp(n, be);
     int act = n->op == GDL_OP_CONV2D_ACT ? (int)n->i[2] : -1;
+    /* x's gradient may be unset (gdl__bw_fresh_ok): the tile unit's input gradient writes it, the other paths
+       add into it zeroed; the weight's and bias's are added */
+    if (gdl__grad_zero(n->in[1], be) < 0 || gdl__grad_zero(n->in[2], be) < 0) return -1;
     if (act >= 0 && n->out->numel && (gx || gw || gb)) {
         /* act' into a scratch gradient, with the bias gradient's per-(n,c) sums in the same pass, in the
            unfused backward's order (sum over the pixels, then over N) */
@@ -17484,11 +17518,20 @@ static int gdl__bw_conv2d(gdl_node *n, const gdl_backend *be) {
                          g->N) < 0)
                 return -1;
     if (gx && !direct) { /* one sample's columns' gradient at a time: no buffer for the batch's */
-        int rc = be->k.conv_implicit(2, g, groups, (int)OC, -1, NULL, W, gy, NULL, gx, NULL);
+        int rc = 1;
+        if (n->in[0]->grad->flags & GDL__T_UNSET) {
+            rc = be->k.conv_implicit(3, g, groups, (int)OC, -1, NULL, W, gy, NULL, gx, NULL);
+            if (rc == 0) gdl__grad_beta(n->in[0]); /* written: set from now on */
+        }
+        if (rc == 1) {
+            if (gdl__grad_zero(n->in[0], be) < 0) return -1;
+            rc = be->k.conv_implicit(2, g, groups, (int)OC, -1, NULL, W, gy, NULL, gx, NULL);
+        }
         if (rc < 0) return -1;
         if (rc == 0) gx = NULL; /* done */
     }
     if (gx) {
+        if (gdl__grad_zero(n->in[0], be) < 0) return -1;
         /* direct: the columns are the input, so accumulate straight into gx */
         gdl_real *gcol = direct ? gx : (gdl_real *)gdl__scratch("gdl_backward", n->out->device,
                                                                  sizeof(gdl_real) * (size_t)(g->N * CKK * OHW));
@@ -19398,7 +19441,7 @@ static int gdl__bw_fresh_ok(const gdl_node *n) {
     int k;
     if (n->op != GDL_OP_LINEAR && n->op != GDL_OP_LINEAR_ACT && n->op != GDL_OP_ADD && n->op != GDL_OP_SUB &&
         n->op != GDL_OP_BATCH_NORM && n->op != GDL_OP_BATCH_NORM_RELU && n->op != GDL_OP_BATCH_NORM_GELU &&
-        n->op != GDL_OP_MAX_POOL2D &&
+        n->op != GDL_OP_MAX_POOL2D && n->op != GDL_OP_CONV2D && n->op != GDL_OP_CONV2D_ACT &&
         gdl__op(n->op)->backward != gdl__bw_unary)
         return 0;
     if (n->out->dtype != GDL_F32) return 0;

@@ -87,12 +87,15 @@ static const conv_case cases[] = {
     {"direct_gx_2x2",  3, 16,  2,  2, 17, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, GDL_ACT_RELU},
     /* the bf16 precision's tile-unit convolutions (stride 1, one group, >= 8 input and 16 output channels):
        input channels padded to 32, output channels not a multiple of 32, dilation, no padding, 5x5, a
-       one-pixel-wide map, the speedrun's second layer */
+       one-pixel-wide map, the speedrun's second layer; the weight gradient's stacked samples (gdl__agw_group:
+       16 3x3 maps a group, a chunk of 16 then one of 4; 7x7 maps 8 a group, the last group short) */
     {"amx_c33_o40",    5, 33,  9, 10, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, GDL_ACT_RELU},
     {"amx_d2_p2",      2, 16, 11,  9, 20, 3, 3, 1, 1, 2, 2, 2, 2, 1, 1, NO_ACT},
     {"amx_k5_p0",      3, 40,  8,  7, 16, 5, 5, 1, 1, 0, 0, 1, 1, 1, 0, NO_ACT},
     {"amx_width1",     2, 16,  5,  1, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NO_ACT},
     {"amx_c9_28",      3,  9, 28, 28, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NO_ACT},
+    {"amx_3x3_n20",   20, 32,  3,  3, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NO_ACT},
+    {"amx_7x7_n11",   11, 24,  7,  7, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, GDL_ACT_GELU},
 };
 
 typedef struct {

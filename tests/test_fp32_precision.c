@@ -562,6 +562,58 @@ TEST conv_takes_bf16(void) {
     PASS();
 }
 
+/* The input gradient into an intermediate's unset gradient (written, not added: conv_implicit's pass 3),
+   as conv_run's but x through h = 1 x (mode 0), with sum(h h) added to the loss after the convolution
+   (mode 1: its backward first, the convolution's adds) or before it (mode 2: the convolution's first). */
+static float *conv_fresh_gx(int mode) {
+    gdl_tensor *x, *w, *h, *out, *loss = NULL, *hh = NULL;
+    float *gx = NULL;
+    gdl_manual_seed(11);
+    x = gdl_randn(GDL_DIMS(2, 16, 12, 12), gdl_cpu());
+    w = gdl_randn(GDL_DIMS(24, 16, 3, 3), gdl_cpu());
+    if (x && w && gdl_set_requires_grad(x, 1) == 0 && (h = gdl_mul_scalar(x, 1)) != NULL) {
+        if (mode == 2) hh = gdl_sum(gdl_mul(h, h));
+        out = gdl_conv2d(h, w, NULL, 1, 1, 1, 1);
+        loss = out ? gdl_sum(gdl_mul(out, out)) : NULL;
+        if (mode == 1) hh = gdl_sum(gdl_mul(h, h));
+        if (loss && mode) loss = hh ? gdl_add(loss, hh) : NULL;
+        if (loss && gdl_backward(loss) == 0) gx = host_copy(x->grad);
+    }
+    gdl_free(x), gdl_free(w);
+    gdl_arena_reset();
+    return gx;
+}
+TEST conv_bf16_into_unset_grad(void) {
+    enum { NX = 2 * 16 * 12 * 12 };
+    float *leaf = NULL, *y = NULL, *gw = NULL, *g[3] = {NULL, NULL, NULL}, *x = NULL;
+    long i, bad[3] = {0, 0, 0};
+    int m;
+    if (!have_bf16) SKIPm("no AMX: \"bf16\" refused");
+    if (gdl_cpu_set_fp32_precision("bf16") == 0 && conv_run(&y, &leaf, &gw))
+        for (m = 0; m < 3; m++) g[m] = conv_fresh_gx(m);
+    gdl_manual_seed(11);
+    {
+        gdl_tensor *xt = gdl_randn(GDL_DIMS(2, 16, 12, 12), gdl_cpu());
+        x = xt ? host_copy(xt) : NULL;
+        gdl_free(xt);
+    }
+    restore_ieee();
+    if (leaf && g[0] && g[1] && g[2] && x)
+        for (i = 0; i < NX; i++) {
+            const double want = (double)leaf[i] + 2.0 * x[i], tol = 1e-6 * (fabs(leaf[i]) + fabs(2.0 * x[i])) + 1e-30;
+            bad[0] += g[0][i] != leaf[i]; /* the same sums, stored instead of added to zero */
+            bad[1] += !(fabs(g[1][i] - want) <= tol);
+            bad[2] += !(fabs(g[2][i] - want) <= tol);
+        }
+    else
+        bad[0] = -1;
+    free(leaf), free(y), free(gw), free(x), free(g[0]), free(g[1]), free(g[2]);
+    if (bad[0] < 0) FAILf("a run failed: %s", gdl_last_error());
+    for (m = 0; m < 3; m++)
+        if (bad[m]) FAILf("mode %d (0: conv alone, 1: it adds, 2: it writes first): %ld of %d gradients off", m, bad[m], NX);
+    PASS();
+}
+
 /* ---- 5. a Linear layer under "bf16" close to "ieee" ---- */
 
 TEST linear_bf16_close_to_ieee(void) {
@@ -621,6 +673,7 @@ int main(int argc, char **argv) {
     RUN_TEST(ops_bf16_threads_bitwise);
     RUN_TEST(ieee_unchanged_after_bf16);
     RUN_TEST(conv_takes_bf16);
+    RUN_TEST(conv_bf16_into_unset_grad);
     RUN_TEST(linear_bf16_close_to_ieee);
     HARNESS_MAIN_END();
 }

@@ -226,8 +226,9 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     /* a convolution's GEMMs without the column matrix (the CPU's implicit GEMM), the bits of im2col + gemm \
        (+ col2im); w [OC, C/groups, KH, KW]. pass 0: out [N,OC,OH,OW] = conv(x, w), then + bias (NULL: none), \
        pre and act as bias_act's; pass 1: out (gw) += the weight gradient of x and gy; pass 2: out (gx) += the \
-       input gradient of w and gy. Returns 1, having done nothing, where the backend has no such path (CUDA) \
-       or im2col is the faster for the shape: the caller then runs im2col, gemm, col2im. */ \
+       input gradient of w and gy; pass 3: pass 2 into an unset out (written, not added). Returns 1, having \
+       done nothing, where the backend has no such path (CUDA) or im2col is the faster for the shape: the \
+       caller then runs im2col, gemm, col2im (pass 3: zeroes out, then pass 2 or those). */ \
     X(int, conv_implicit, (int pass, const gdl_conv_geom *g, int groups, int OC, int act, const gdl_real *x, \
         const gdl_real *w, const gdl_real *gy, const gdl_real *bias, gdl_real *out, gdl_real *pre)) \
     /* pooling per (n,c) plane, elements of dt; idx: flat h*W+w of the max; avg counts padding; \

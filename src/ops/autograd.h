@@ -110,7 +110,7 @@ static int gdl__bw_fresh_ok(const gdl_node *n) {
     int k;
     if (n->op != GDL_OP_LINEAR && n->op != GDL_OP_LINEAR_ACT && n->op != GDL_OP_ADD && n->op != GDL_OP_SUB &&
         n->op != GDL_OP_BATCH_NORM && n->op != GDL_OP_BATCH_NORM_RELU && n->op != GDL_OP_BATCH_NORM_GELU &&
-        n->op != GDL_OP_MAX_POOL2D &&
+        n->op != GDL_OP_MAX_POOL2D && n->op != GDL_OP_CONV2D && n->op != GDL_OP_CONV2D_ACT &&
         gdl__op(n->op)->backward != gdl__bw_unary)
         return 0;
     if (n->out->dtype != GDL_F32) return 0;

@@ -216,6 +216,9 @@ static int gdl__bw_conv2d(gdl_node *n, const gdl_backend *be) {
     gdl__flops_add(1, n->out->numel * Cg * KK, (gx != NULL) + (gw != NULL));
     if (n->out->dtype != GDL_F32) return gdl__bw_conv2d_lp(n, be);
     int act = n->op == GDL_OP_CONV2D_ACT ? (int)n->i[2] : -1;
+    /* x's gradient may be unset (gdl__bw_fresh_ok): the tile unit's input gradient writes it, the other paths
+       add into it zeroed; the weight's and bias's are added */
+    if (gdl__grad_zero(n->in[1], be) < 0 || gdl__grad_zero(n->in[2], be) < 0) return -1;
     if (act >= 0 && n->out->numel && (gx || gw || gb)) {
         /* act' into a scratch gradient, with the bias gradient's per-(n,c) sums in the same pass, in the
            unfused backward's order (sum over the pixels, then over N) */
@@ -248,11 +251,20 @@ static int gdl__bw_conv2d(gdl_node *n, const gdl_backend *be) {
                          g->N) < 0)
                 return -1;
     if (gx && !direct) { /* one sample's columns' gradient at a time: no buffer for the batch's */
-        int rc = be->k.conv_implicit(2, g, groups, (int)OC, -1, NULL, W, gy, NULL, gx, NULL);
+        int rc = 1;
+        if (n->in[0]->grad->flags & GDL__T_UNSET) {
+            rc = be->k.conv_implicit(3, g, groups, (int)OC, -1, NULL, W, gy, NULL, gx, NULL);
+            if (rc == 0) gdl__grad_beta(n->in[0]); /* written: set from now on */
+        }
+        if (rc == 1) {
+            if (gdl__grad_zero(n->in[0], be) < 0) return -1;
+            rc = be->k.conv_implicit(2, g, groups, (int)OC, -1, NULL, W, gy, NULL, gx, NULL);
+        }
         if (rc < 0) return -1;
         if (rc == 0) gx = NULL; /* done */
     }
     if (gx) {
+        if (gdl__grad_zero(n->in[0], be) < 0) return -1;
         /* direct: the columns are the input, so accumulate straight into gx */
         gdl_real *gcol = direct ? gx : (gdl_real *)gdl__scratch("gdl_backward", n->out->device,
                                                                  sizeof(gdl_real) * (size_t)(g->N * CKK * OHW));
