@@ -12257,6 +12257,12 @@ static int gdl__agw_group(const gdl_conv_geom *g) {
         while (G < GDL__AGW_CHUNK && 2 * G * P <= 1024) G *= 2;
     return G;
 }
+/* ... and the positions a group of G maps spans, P = Hq Wq apart, to its last output: its K before
+   rounding up to the K step's 32 */
+static int gdl__agw_span(const gdl_conv_geom *g, int G) {
+    const int Wq = g->W + 2 * g->PW;
+    return (G - 1) * (g->H + 2 * g->PH) * Wq + g->OH * Wq;
+}
 
 /* Where it runs: bf16 precision, stride 1, one group, at least 8 input and 16 output channels (fewer
    would leave most of a tile's 32 channels empty). */
@@ -12269,9 +12275,8 @@ static int gdl__aconv_pays(const gdl_conv_geom *g, int groups, int C, int O) {
 static int gdl__aconv_takes(int pass, const gdl_conv_geom *g, int groups, int OC) {
     if (pass == 0) return gdl__aconv_pays(g, groups, g->C, OC);
     if (pass == 1) {
-        const int G = gdl__agw_group(g) < g->N ? gdl__agw_group(g) : g->N;
-        return gdl__aconv_pays(g, groups, g->C, OC) &&
-               (G - 1) * (g->H + 2 * g->PH) * (g->W + 2 * g->PW) + g->OH * (g->W + 2 * g->PW) >= 32;
+        const int G = gdl__agw_group(g);
+        return gdl__aconv_pays(g, groups, g->C, OC) && gdl__agw_span(g, G < g->N ? G : g->N) >= 32;
     }
     return gdl__aconv_pays(g, groups, OC, g->C) && g->PH <= g->DH * (g->KH - 1) && g->PW <= g->DW * (g->KW - 1);
 }
@@ -12380,7 +12385,7 @@ static void gdl__agw_task(void *p, int t, int nt) {
     if (!gdl__amx_configured) gdl__amx_configure();
     for (n = n0; n < n1; n += d->G) {
         const int gn = n1 - n < d->G ? n1 - n : d->G; /* this group's samples */
-        const int npos = gn * d->P + a->margin, Lk = ((gn - 1) * d->P + a->OH * Wq + 31) / 32 * 32;
+        const int npos = gn * d->P + a->margin, Lk = (gdl__agw_span(a->g, gn) + 31) / 32 * 32;
         for (s = 0; s < gn; s++) /* in order: each sample's zeroed margin is the next one's padding */
             gdl__aconv_input(a, a->x + (ptrdiff_t)(n + s) * a->C * a->H * a->W, xcl + (size_t)s * d->P * Cp);
         for (i = 0; i + 1 < npos; i += 2) { /* positions (i, i+1) into xv0, (i+1, i+2) into xv1 */
@@ -12455,7 +12460,7 @@ static int gdl__agw_run(const gdl_conv_geom *g, int OC, const gdl_real *x, const
     d.N = g->N; d.O = OC; d.gy = gy;
     d.nob = (OC + 31) / 32;
     d.Op = d.nob * 32;
-    d.Lk = ((d.G - 1) * d.P + g->OH * a->Wq + 31) / 32 * 32; /* the longest group's K */
+    d.Lk = (gdl__agw_span(g, d.G) + 31) / 32 * 32; /* the longest group's K */
     d.nchunk = (g->N + GDL__AGW_CHUNK - 1) / GDL__AGW_CHUNK;
     d.psz = (size_t)KK * d.nob * a->ncb * 1024;
     /* a thread's buffer: the channel-last input, its two paired copies, gy's copy (bf16: halves of floats) */
@@ -13525,11 +13530,10 @@ static void gdl__batchnorm_part(gdl__args a, int64_t lo, int64_t hi) {
     }
     for (c0 = lo; c0 < hi; c0 = c1) {
         const int grouped = recipe || (b.act == GDL_ACT_GELU && G > 1);
-        int64_t pC; /* pre's channels a row: the tensor's C, or the scratch's group */
-        gdl_real *pre0; /* pre0 + (n pC + c) S is channel c's row n */
+        int64_t pC, pc; /* pre's rows hold pC channels from channel pc: the tensor's (C, 0), the scratch's group's */
         c1 = hi - c0 < G ? hi : c0 + G;
         pC = recipe ? c1 - c0 : C;
-        pre0 = recipe ? b.pre - c0 * S : b.pre;
+        pc = recipe ? c0 : 0;
         for (c = c0; c < c1; c++) {
             const gdl_real *x = b.x + c * S;
             int64_t M = N * S;
@@ -13554,14 +13558,14 @@ static void gdl__batchnorm_part(gdl__args a, int64_t lo, int64_t hi) {
             if (rd) rd[4 * c] = mu, rd[4 * c + 1] = is, rd[4 * c + 2] = gm, rd[4 * c + 3] = bt;
             for (n = 0; n < N; n++) {
                 const int64_t at = (n * C + c) * S;
-                if (grouped) gdl__bn_affine_rows(x + n * C * S, pre0 + (n * pC + c) * S, S, mu, is, gm, bt, GDL_ACT_NONE, NULL);
+                if (grouped) gdl__bn_affine_rows(x + n * C * S, b.pre + (n * pC + c - pc) * S, S, mu, is, gm, bt, GDL_ACT_NONE, NULL);
                 else gdl__bn_affine_rows(x + n * C * S, b.y + at, S, mu, is, gm, bt, b.act, b.pre ? b.pre + at : NULL);
             }
         }
         if (grouped)
             for (n = 0; n < N; n++) {
-                if (n + 1 < N) gdl__bn_prefetch(pre0 + ((n + 1) * pC + c0) * S, (c1 - c0) * S);
-                gdl__gelu_rows(pre0 + (n * pC + c0) * S, b.y + (n * C + c0) * S, (c1 - c0) * S);
+                if (n + 1 < N) gdl__bn_prefetch(b.pre + ((n + 1) * pC + c0 - pc) * S, (c1 - c0) * S);
+                gdl__gelu_rows(b.pre + (n * pC + c0 - pc) * S, b.y + (n * C + c0) * S, (c1 - c0) * S);
             }
     }
     if (recipe) GPUDL_FREE(b.pre);

@@ -303,11 +303,10 @@ static void gdl__batchnorm_part(gdl__args a, int64_t lo, int64_t hi) {
     }
     for (c0 = lo; c0 < hi; c0 = c1) {
         const int grouped = recipe || (b.act == GDL_ACT_GELU && G > 1);
-        int64_t pC; /* pre's channels a row: the tensor's C, or the scratch's group */
-        gdl_real *pre0; /* pre0 + (n pC + c) S is channel c's row n */
+        int64_t pC, pc; /* pre's rows hold pC channels from channel pc: the tensor's (C, 0), the scratch's group's */
         c1 = hi - c0 < G ? hi : c0 + G;
         pC = recipe ? c1 - c0 : C;
-        pre0 = recipe ? b.pre - c0 * S : b.pre;
+        pc = recipe ? c0 : 0;
         for (c = c0; c < c1; c++) {
             const gdl_real *x = b.x + c * S;
             int64_t M = N * S;
@@ -332,14 +331,14 @@ static void gdl__batchnorm_part(gdl__args a, int64_t lo, int64_t hi) {
             if (rd) rd[4 * c] = mu, rd[4 * c + 1] = is, rd[4 * c + 2] = gm, rd[4 * c + 3] = bt;
             for (n = 0; n < N; n++) {
                 const int64_t at = (n * C + c) * S;
-                if (grouped) gdl__bn_affine_rows(x + n * C * S, pre0 + (n * pC + c) * S, S, mu, is, gm, bt, GDL_ACT_NONE, NULL);
+                if (grouped) gdl__bn_affine_rows(x + n * C * S, b.pre + (n * pC + c - pc) * S, S, mu, is, gm, bt, GDL_ACT_NONE, NULL);
                 else gdl__bn_affine_rows(x + n * C * S, b.y + at, S, mu, is, gm, bt, b.act, b.pre ? b.pre + at : NULL);
             }
         }
         if (grouped)
             for (n = 0; n < N; n++) {
-                if (n + 1 < N) gdl__bn_prefetch(pre0 + ((n + 1) * pC + c0) * S, (c1 - c0) * S);
-                gdl__gelu_rows(pre0 + (n * pC + c0) * S, b.y + (n * C + c0) * S, (c1 - c0) * S);
+                if (n + 1 < N) gdl__bn_prefetch(b.pre + ((n + 1) * pC + c0 - pc) * S, (c1 - c0) * S);
+                gdl__gelu_rows(b.pre + (n * pC + c0 - pc) * S, b.y + (n * C + c0) * S, (c1 - c0) * S);
             }
     }
     if (recipe) GPUDL_FREE(b.pre);
