@@ -8488,7 +8488,7 @@ typedef struct gdl__gemm_args {
        only. Each element is the sum a call per product would form. */
     int span;
     ptrdiff_t sBs, sCs;
-    /* bf16 = 1: on the tile unit (gdl__gemm_blocked_amx), its panels after
+    /* bf16 = 1: on the tile unit (gdl__gemm_blocked_tile), its panels after
        the f32 ones in the packing buffers (gdl__gemm_plan sizes them); read
        once, from the precision when the arguments are made, so that a plan
        and its run agree. Not for an implicit GEMM (conv). */
@@ -8709,9 +8709,19 @@ static size_t gdl__gemm_f32_size(int r, int c) { return ((size_t)r * c + 15) & ~
    element's K steps and blocks are the same whichever cell has it, and the
    tile unit's result for an element does not depend on its row or column
    in the tile (tests/test_fp32_precision.c). */
+/* A list of K steps for gdl__tile_steps, from bases a and b: step s's A tiles at a + ao[s] (rows 0-15)
+   and a + ao[s] + a1 (16-31), lda bytes a row of 32 values; its B tiles at b + bo[s] (columns 0-15) and
+   b + bo[s] + b1 (16-31), ldb bytes a row of 16 pairs (elements apart, but lda and ldb). */
+typedef struct {
+    const ptrdiff_t *ao, *bo;
+    ptrdiff_t a1, b1;
+    int lda, ldb;
+} gdl__tile_list;
 #if defined(GDL__GEMM_AVX512) && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__) && \
     defined(__linux__)
 #define GDL__GEMM_AMX 1
+#define GDL__GEMM_BF16 1
+#define GDL__TILE_NAME "amx bf16"
 typedef struct {
     unsigned char palette, start_row, reserved[14];
     unsigned short colsb[16];
@@ -8721,13 +8731,15 @@ static int gdl__amx_state;                /* 0 not asked, 1 granted by the kerne
 static GDL__TLS int gdl__amx_configured; /* this thread's tile registers are configured */
 
 /* Ask Linux for the tile data state (once a process; 5.16 and later). */
-static int gdl__amx_init(void) {
+static int gdl__tile_grant(void) {
     if (gdl__amx_state == 0) gdl__amx_state = gdl__os_amx_grant() == 0 ? 1 : -1;
     return gdl__amx_state == 1;
 }
-static void gdl__amx_configure(void) {
+/* this thread's tile registers, before its first tile op */
+static void gdl__tile_ready(void) {
     gdl__amx_config c;
     int i;
+    if (gdl__amx_configured) return;
     memset(&c, 0, sizeof c);
     c.palette = 1;
     for (i = 0; i < 8; i++) {
@@ -8738,8 +8750,137 @@ static void gdl__amx_configure(void) {
     gdl__amx_configured = 1;
 }
 
+/* The 32 x 32 block of sums every tile-unit kernel here keeps: tiles 0-3 its four 16 x 16 quarters
+   (rows of A 0-15 / 16-31 by columns of B 0-15 / 16-31), 4-5 the two A tiles, 6-7 the two B tiles. */
+static inline void gdl__tile_zero4(void) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+}
+/* the block from / to t [32][32] (rows 32 floats apart) */
+static inline void gdl__tile_load4(const float *t) {
+    _tile_loadd(0, t, 128);
+    _tile_loadd(1, t + 16, 128);
+    _tile_loadd(2, t + 512, 128);
+    _tile_loadd(3, t + 528, 128);
+}
+static inline void gdl__tile_store4(float *t) {
+    _tile_stored(0, t, 128);
+    _tile_stored(1, t + 16, 128);
+    _tile_stored(2, t + 512, 128);
+    _tile_stored(3, t + 528, 128);
+}
+/* one K step of 32: the A tiles a0, a1 (lda bytes a row), the B tiles b0, b1 (ldb bytes a row of pairs) */
+static inline void gdl__tile_step(const uint16_t *a0, const uint16_t *a1, int lda, const uint16_t *b0,
+                                  const uint16_t *b1, int ldb) {
+    _tile_loadd(4, a0, lda);
+    _tile_loadd(5, a1, lda);
+    _tile_loadd(6, b0, ldb);
+    _tile_loadd(7, b1, ldb);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+}
+
+/* The 32 x 32 block of sums of ks K steps: a0, a1 two A groups, b a micro-panel -> t [32][32] */
+static void gdl__tile_kernel(int ks, const uint16_t *a0, const uint16_t *a1, const uint16_t *b, float *t) {
+    int s;
+    gdl__tile_zero4();
+    for (s = 0; s < ks; s++)
+        gdl__tile_step(a0 + (size_t)s * 512, a1 + (size_t)s * 512, 64, b + (size_t)s * 1024, b + (size_t)s * 1024 + 512,
+                       64);
+    gdl__tile_store4(t);
+}
+
+/* t [32][32] = the sums of the list's first ns steps from a and b, added to t's (load) or from zero */
+static void gdl__tile_steps(const uint16_t *a, const uint16_t *b, const gdl__tile_list *l, int ns, int load, float *t) {
+    int s;
+    if (load)
+        gdl__tile_load4(t);
+    else
+        gdl__tile_zero4();
+    for (s = 0; s < ns; s++)
+        gdl__tile_step(a + l->ao[s], a + l->ao[s] + l->a1, l->lda, b + l->bo[s], b + l->bo[s] + l->b1, l->ldb);
+    gdl__tile_store4(t);
+}
+
+#elif defined(GDL__GEMM_AVX512) && defined(__AVX512BF16__)
+/* --- the same bf16 products without a tile unit: AVX512-BF16 ------------
+   A CPU with AVX512-BF16 and no AMX (AMD's Zen 4 and Zen 5) runs the same
+   passes, in the same layouts, with vdpbf16ps: a 16-lane dot product of
+   pairs, 32 multiply-adds an instruction, twice the FMA's. The block of
+   sums a tile kernel keeps in tiles 0-3 is here in registers 8 rows (16
+   vectors) at a time, across a list's K steps. An element's sum runs over the K pairs in order, acc + a0 b0 + a1
+   b1 an instruction (its own rounding: bf16 denormals as zero), so the bits
+   are this path's own, not AMX's nor "ieee"'s; as on the tile unit they do
+   not depend on an element's row or column, nor on the thread count. */
+#define GDL__GEMM_BF16 1
+#define GDL__TILE_NAME "avx512 bf16 dot"
+static int gdl__tile_grant(void) { return 1; }
+static void gdl__tile_ready(void) {}
+static inline __m512bh gdl__bf16_pair(const uint16_t *p) { /* the pair at p, in every lane */
+    int32_t v;
+    memcpy(&v, p, 4);
+    return (__m512bh)_mm512_set1_epi32(v);
+}
+/* rows r0 .. r0+7 of the block in c (two vectors a row: columns 0-15, 16-31) += ns K steps of 32: row r
+   of step s at a + s as + r lda (elements), its pair p at 2p; B's pair-row p of step s at b0 + s bs +
+   p ldb (columns 0-15), b1 the same (16-31) */
+static inline void gdl__tile_rows8(__m512 *c, int ns, const uint16_t *a, size_t as, int lda, const uint16_t *b0,
+                                   const uint16_t *b1, size_t bs, int ldb) {
+    int s, p, i;
+    for (s = 0; s < ns; s++)
+        for (p = 0; p < 16; p++) {
+            const __m512bh bl = (__m512bh)_mm512_loadu_si512((const void *)(b0 + s * bs + (size_t)p * ldb));
+            const __m512bh bh = (__m512bh)_mm512_loadu_si512((const void *)(b1 + s * bs + (size_t)p * ldb));
+            for (i = 0; i < 8; i++) {
+                const __m512bh ap = gdl__bf16_pair(a + s * as + (size_t)i * lda + 2 * p);
+                c[2 * i] = _mm512_dpbf16_ps(c[2 * i], ap, bl);
+                c[2 * i + 1] = _mm512_dpbf16_ps(c[2 * i + 1], ap, bh);
+            }
+        }
+}
+/* t [32][32] = the sums of the list's first ns steps from a and b, added to t's (load) or from zero: 8
+   rows at a time, their sums in registers across the steps */
+static void gdl__tile_steps(const uint16_t *a, const uint16_t *b, const gdl__tile_list *l, int ns, int load, float *t) {
+    int r0, i, s;
+    for (r0 = 0; r0 < 32; r0 += 8) {
+        const uint16_t *ar = a + (r0 < 16 ? 0 : l->a1) + (ptrdiff_t)(r0 % 16) * (l->lda / 2);
+        float *tr = t + r0 * 32;
+        __m512 c[16];
+        for (i = 0; i < 8; i++) {
+            c[2 * i] = load ? _mm512_loadu_ps(tr + i * 32) : _mm512_setzero_ps();
+            c[2 * i + 1] = load ? _mm512_loadu_ps(tr + i * 32 + 16) : _mm512_setzero_ps();
+        }
+        for (s = 0; s < ns; s++)
+            gdl__tile_rows8(c, 1, ar + l->ao[s], 0, l->lda / 2, b + l->bo[s], b + l->bo[s] + l->b1, 0, l->ldb / 2);
+        for (i = 0; i < 8; i++) {
+            _mm512_storeu_ps(tr + i * 32, c[2 * i]);
+            _mm512_storeu_ps(tr + i * 32 + 16, c[2 * i + 1]);
+        }
+    }
+}
+/* The 32 x 32 block of sums of ks K steps (the GEMM's layouts: A [ks][16][32], B [ks][2][16][32]) -> t,
+   the sums kept in registers across the steps */
+static void gdl__tile_kernel(int ks, const uint16_t *a0, const uint16_t *a1, const uint16_t *b, float *t) {
+    int r0, i;
+    for (r0 = 0; r0 < 32; r0 += 8) {
+        __m512 c[16];
+        for (i = 0; i < 16; i++) c[i] = _mm512_setzero_ps();
+        gdl__tile_rows8(c, ks, (r0 < 16 ? a0 : a1) + (size_t)(r0 % 16) * 32, 512, 32, b, b + 512, 1024, 32);
+        for (i = 0; i < 8; i++) {
+            _mm512_store_ps(t + (r0 + i) * 32, c[2 * i]);
+            _mm512_store_ps(t + (r0 + i) * 32 + 16, c[2 * i + 1]);
+        }
+    }
+}
+#endif
+
+#ifdef GDL__GEMM_BF16
 /* f32 panel [kc][NR] (NR = 32) -> VNNI bf16 [ks][2][16][32], zero past kc */
-static void gdl__amx_cvt_b(const float *src, int kc, int ks, uint16_t *dst) {
+static void gdl__tile_cvt_b(const float *src, int kc, int ks, uint16_t *dst) {
     int s, kp, h;
     for (s = 0; s < ks; s++)
         for (kp = 0; kp < 16; kp++) {
@@ -8757,7 +8898,7 @@ static void gdl__amx_cvt_b(const float *src, int kc, int ks, uint16_t *dst) {
 
 /* two f32 A micro-panels [kc][MR = 8] (rows 0-7, 8-15; the second absent
    past mrows) -> [ks][16][32] bf16, zero past kc and mrows */
-static void gdl__amx_cvt_a(const float *p0, int mrows, int kc, int ks, uint16_t *dst) {
+static void gdl__tile_cvt_a(const float *p0, int mrows, int kc, int ks, uint16_t *dst) {
     const __m512i idx = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
     int s, r, h;
     for (s = 0; s < ks; s++)
@@ -8774,62 +8915,18 @@ static void gdl__amx_cvt_a(const float *p0, int mrows, int kc, int ks, uint16_t 
                                     (__m256i)_mm512_cvtneps_pbh(v));
             }
 }
-
-/* The 32 x 32 block of sums every tile-unit kernel here keeps: tiles 0-3 its four 16 x 16 quarters
-   (rows of A 0-15 / 16-31 by columns of B 0-15 / 16-31), 4-5 the two A tiles, 6-7 the two B tiles. */
-static inline void gdl__amx_zero4(void) {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-}
-/* the block from / to t [32][32] (rows 32 floats apart) */
-static inline void gdl__amx_load4(const float *t) {
-    _tile_loadd(0, t, 128);
-    _tile_loadd(1, t + 16, 128);
-    _tile_loadd(2, t + 512, 128);
-    _tile_loadd(3, t + 528, 128);
-}
-static inline void gdl__amx_store4(float *t) {
-    _tile_stored(0, t, 128);
-    _tile_stored(1, t + 16, 128);
-    _tile_stored(2, t + 512, 128);
-    _tile_stored(3, t + 528, 128);
-}
-/* one K step of 32: the A tiles a0, a1 (lda bytes a row), the B tiles b0, b1 (ldb bytes a row of pairs) */
-static inline void gdl__amx_step(const uint16_t *a0, const uint16_t *a1, int lda, const uint16_t *b0,
-                                 const uint16_t *b1, int ldb) {
-    _tile_loadd(4, a0, lda);
-    _tile_loadd(5, a1, lda);
-    _tile_loadd(6, b0, ldb);
-    _tile_loadd(7, b1, ldb);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-}
-
-/* The 32 x 32 block of sums of ks K steps: a0, a1 two A groups, b a micro-panel -> t [32][32] */
-static void gdl__amx_kernel(int ks, const uint16_t *a0, const uint16_t *a1, const uint16_t *b, float *t) {
-    int s;
-    gdl__amx_zero4();
-    for (s = 0; s < ks; s++)
-        gdl__amx_step(a0 + (size_t)s * 512, a1 + (size_t)s * 512, 64, b + (size_t)s * 1024, b + (size_t)s * 1024 + 512,
-                      64);
-    gdl__amx_store4(t);
-}
 #endif
 
-#ifdef GDL__GEMM_AMX
+#ifdef GDL__GEMM_BF16
 /* gdl__gemm_blocked's loops on the tile unit (see above), abuf and bbuf
    holding the bf16 panels after the f32 ones (gdl__gemm_plan's sizes). */
-static void gdl__gemm_blocked_amx(const gdl__gemm_args *g, int m0, int m1, int n0, int n1, int mc_blk, int kc_blk,
+static void gdl__gemm_blocked_tile(const gdl__gemm_args *g, int m0, int m1, int n0, int n1, int mc_blk, int kc_blk,
                                  int nc_blk, gdl_real *GDL__RESTRICT abuf, gdl_real *GDL__RESTRICT bbuf) {
     uint16_t *abf = (uint16_t *)(void *)(abuf + gdl__gemm_f32_size(mc_blk, kc_blk));
     uint16_t *bbf = (uint16_t *)(void *)(bbuf + gdl__gemm_f32_size(kc_blk, nc_blk));
     GDL__ALIGNAS(64) float t[32 * 32];
     int jc, pc, ic, ir, jr, seg, i;
-    if (!gdl__amx_configured) gdl__amx_configure();
+    gdl__tile_ready();
     for (jc = n0; jc < n1; jc += nc_blk) {
         const int nc = n1 - jc < nc_blk ? n1 - jc : nc_blk;
         for (seg = 0; seg < g->nseg; seg++)
@@ -8838,19 +8935,19 @@ static void gdl__gemm_blocked_amx(const gdl__gemm_args *g, int m0, int m1, int n
             const gdl_real beta = seg == 0 && pc == 0 ? g->beta : (gdl_real)1;
             const int last = seg == g->nseg - 1 && pc + kc == g->K;
             gdl__gemm_pack_b_block(g, seg, pc, kc, jc, nc, bbuf);
-            for (jr = 0; jr < nc; jr += 32) gdl__amx_cvt_b(bbuf + (size_t)jr * kc, kc, ks, bbf + (size_t)jr / 32 * ks * 1024);
+            for (jr = 0; jr < nc; jr += 32) gdl__tile_cvt_b(bbuf + (size_t)jr * kc, kc, ks, bbf + (size_t)jr / 32 * ks * 1024);
             for (ic = m0; ic < m1; ic += mc_blk) {
                 const int mc = m1 - ic < mc_blk ? m1 - ic : mc_blk;
                 gdl__gemm_pack_a_block(g, seg, ic, mc, pc, kc, abuf);
                 for (ir = 0; ir < mc; ir += 16)
-                    gdl__amx_cvt_a(abuf + (size_t)ir * kc, mc - ir < 16 ? mc - ir : 16, kc, ks,
+                    gdl__tile_cvt_a(abuf + (size_t)ir * kc, mc - ir < 16 ? mc - ir : 16, kc, ks,
                                    abf + (size_t)ir / 16 * ks * 512);
                 for (jr = 0; jr < nc; jr += 32) {
                     const int n = nc - jr < 32 ? nc - jr : 32;
                     for (ir = 0; ir < mc; ir += 32) {
                         const int m = mc - ir < 32 ? mc - ir : 32;
                         const uint16_t *a0 = abf + (size_t)ir / 16 * ks * 512;
-                        gdl__amx_kernel(ks, a0, m > 16 ? a0 + (size_t)ks * 512 : a0, bbf + (size_t)jr / 32 * ks * 1024, t);
+                        gdl__tile_kernel(ks, a0, m > 16 ? a0 + (size_t)ks * 512 : a0, bbf + (size_t)jr / 32 * ks * 1024, t);
                         if (g->alpha != 1)
                             for (i = 0; i < 32 * 32; i++) t[i] *= g->alpha;
                         gdl__gemm_put(g, t, beta, ic + ir, m, jc + jr, n);
@@ -8869,9 +8966,9 @@ static void gdl__gemm_blocked_amx(const gdl__gemm_args *g, int m0, int m1, int n
 static void gdl__gemm_blocked(const gdl__gemm_args *g, int m0, int m1, int n0, int n1, int mc_blk, int kc_blk,
                               int nc_blk, gdl_real *GDL__RESTRICT abuf, gdl_real *GDL__RESTRICT bbuf) {
     int jc, pc, ic, ir, jr, seg;
-#ifdef GDL__GEMM_AMX
+#ifdef GDL__GEMM_BF16
     if (g->bf16 && !g->conv) {
-        gdl__gemm_blocked_amx(g, m0, m1, n0, n1, mc_blk, kc_blk, nc_blk, abuf, bbuf);
+        gdl__gemm_blocked_tile(g, m0, m1, n0, n1, mc_blk, kc_blk, nc_blk, abuf, bbuf);
         return;
     }
 #endif
@@ -9176,7 +9273,7 @@ static void gdl__gemm_plan(const gdl__gemm_args *g, gdl__gemm_job *j) {
     /* an A block and a B panel, each rounded up to 64 bytes */
     j->asz = gdl__gemm_f32_size(j->mc_blk, j->kc_blk);
     j->bsz = gdl__gemm_f32_size(j->kc_blk, j->nc_blk);
-#ifdef GDL__GEMM_AMX
+#ifdef GDL__GEMM_BF16
     if (g->bf16 && !g->conv) { /* and their bf16 copies (in floats: two bf16 each) */
         const size_t ks = (size_t)(j->kc_blk + 31) / 32;
         j->asz += (((size_t)j->mc_blk + 15) / 16 * ks * 512 / 2 + 15) & ~(size_t)15;
@@ -9344,16 +9441,16 @@ GPUDL_API int gdl_cpu_set_fp32_precision(const char *precision) {
         return 0;
     }
     if (precision && strcmp(precision, "bf16") == 0) {
-#ifdef GDL__GEMM_AMX
-        if (gdl__amx_init()) {
+#ifdef GDL__GEMM_BF16
+        if (gdl__tile_grant()) {
             gdl__cpu_bf16_gemm = 1;
             return 0;
         }
         gdl__set_error("gdl_cpu_set_fp32_precision(\"bf16\"): the kernel refused the tile registers (AMX needs Linux "
                        "5.16 or later); the precision stays \"%s\"", gdl_cpu_get_fp32_precision());
 #else
-        gdl__set_error("gdl_cpu_set_fp32_precision(\"bf16\"): this build has no bf16 GEMM (it needs AMX: a CPU that "
-                       "has it and -march=native, on Linux); the precision stays \"%s\"", gdl_cpu_get_fp32_precision());
+        gdl__set_error("gdl_cpu_set_fp32_precision(\"bf16\"): this build has no bf16 GEMM (it needs AMX on Linux "
+                       "or AVX512-BF16: a CPU that has one and -march=native); the precision stays \"%s\"", gdl_cpu_get_fp32_precision());
 #endif
         return -1;
     }
@@ -9464,9 +9561,10 @@ static int gdl__cpu_gemm_f32(int ta, int tb, int M, int N, int K, gdl_real alpha
    per thread count and kept.
    With CBLAS the portable loop stands for OpenBLAS's own kernels. The bf16
    and f16 GEMMs run on the CPU through f32 copies: their peak is f32's.
-   Under the bf16 precision (gdl_cpu_set_fp32_precision) on AMX the line's
-   peak is the tile unit's, measured the same way (chains of bf16 tile
-   products into 4 accumulator tiles), with the fraction of the FMA peak
+   Under the bf16 precision (gdl_cpu_set_fp32_precision) the line's peak is
+   that of the bf16 products, measured the same way (on AMX chains of tile
+   products into 4 accumulator tiles; with AVX512-BF16 alone 12 chains of
+   vdpbf16ps, 32 multiply-adds each), with the fraction of the FMA peak
    after it.
    ------------------------------------------------------------------------- */
 #if defined(GDL__GEMM_AVX512)
@@ -9497,7 +9595,7 @@ static int gdl__cpu_gemm_f32(int ta, int tb, int M, int N, int K, gdl_real alpha
 #define GDL__PEAK_SECONDS 0.08
 
 typedef struct gdl__peak_job {
-    int amx;                        /* the tile unit's bf16 products, not FMAs */
+    int bf16;                       /* the bf16 products (tile unit or vdpbf16ps), not FMAs */
     double t_end;                   /* the tasks stop at this gdl__prof_clock */
     double rate[GDL__POOL_MAX];     /* each task's fastest stretch, FLOP/s */
     volatile float sink[GDL__POOL_MAX]; /* each task's chains' sum goes here, so its loop stays */
@@ -9506,14 +9604,14 @@ typedef struct gdl__peak_job {
 /* task t: FMAs on GDL__PEAK_CHAINS independent accumulators in stretches of 64 x 256 steps, each timed,
    until t_end; its fastest stretch's FLOP/s. a = a*m + c with m = 1 - c stays at 1: no overflow, no
    denormals. */
-#ifdef GDL__GEMM_AMX
+#if defined(GDL__GEMM_AMX)
 /* The tile unit's rate on this thread: 4 accumulator tiles, each 16 x 16 sums of 32 products a step */
-static double gdl__peak_amx(double t_end) {
+static double gdl__peak_bf16(double t_end, volatile float *sink) {
     static const uint16_t zeros[16 * 32] = {0}; /* the rate does not depend on the values */
     const double stretch = 1024.0 * 4 * 16 * 16 * 32 * 2;
     double best = 0, t0 = gdl__prof_clock(), t1;
     int i;
-    if (!gdl__amx_configured) gdl__amx_configure();
+    gdl__tile_ready();
     _tile_loadd(4, zeros, 64);
     _tile_loadd(5, zeros, 64);
     _tile_loadd(6, zeros, 64);
@@ -9530,6 +9628,33 @@ static double gdl__peak_amx(double t_end) {
         if (t1 > t0 && stretch / (t1 - t0) > best) best = stretch / (t1 - t0);
         t0 = t1;
     } while (t1 < t_end);
+    (void)sink; /* the tiles' loop has no sums in registers for the compiler to drop */
+    return best;
+}
+#elif defined(GDL__GEMM_BF16)
+/* vdpbf16ps's rate on this thread: 12 chains of 16 lanes, 32 products (64 FLOPs) an instruction; the
+   pairs are (1, 0) and (0, 0): the sums stay 0; their total goes to *sink, so the loop stays */
+static double gdl__peak_bf16(double t_end, volatile float *sink) {
+    const double stretch = 64 * 256.0 * GDL__PEAK_CHAINS * 16 * 2 * 2;
+    const __m512bh m = (__m512bh)_mm512_set1_epi32(0x3f80), z = (__m512bh)_mm512_setzero_si512();
+    __m512 a[GDL__PEAK_CHAINS];
+    double best = 0, t0 = gdl__prof_clock(), t1;
+    float s = 0;
+    int i, k;
+    for (k = 0; k < GDL__PEAK_CHAINS; k++) a[k] = _mm512_setzero_ps();
+    do {
+        for (i = 0; i < 64 * 256; i++) { /* written out, as the FMAs' below: a loop may keep a[] in memory */
+            a[0] = _mm512_dpbf16_ps(a[0], m, z); a[1] = _mm512_dpbf16_ps(a[1], m, z); a[2] = _mm512_dpbf16_ps(a[2], m, z);
+            a[3] = _mm512_dpbf16_ps(a[3], m, z); a[4] = _mm512_dpbf16_ps(a[4], m, z); a[5] = _mm512_dpbf16_ps(a[5], m, z);
+            a[6] = _mm512_dpbf16_ps(a[6], m, z); a[7] = _mm512_dpbf16_ps(a[7], m, z); a[8] = _mm512_dpbf16_ps(a[8], m, z);
+            a[9] = _mm512_dpbf16_ps(a[9], m, z); a[10] = _mm512_dpbf16_ps(a[10], m, z); a[11] = _mm512_dpbf16_ps(a[11], m, z);
+        }
+        t1 = gdl__prof_clock();
+        if (t1 > t0 && stretch / (t1 - t0) > best) best = stretch / (t1 - t0);
+        t0 = t1;
+    } while (t1 < t_end);
+    for (k = 0; k < GDL__PEAK_CHAINS; k++) s += _mm512_reduce_add_ps(a[k]);
+    *sink = s;
     return best;
 }
 #endif
@@ -9538,10 +9663,10 @@ static void gdl__peak_task(void *ctx, int t, int nt) {
     gdl__peak_job *j = (gdl__peak_job *)ctx;
     double best = 0, t0 = gdl__prof_clock(), t1;
     int i, k;
-#ifdef GDL__GEMM_AMX
-    if (j->amx) {
+#ifdef GDL__GEMM_BF16
+    if (j->bf16) {
         (void)nt;
-        j->rate[t] = gdl__peak_amx(j->t_end);
+        j->rate[t] = gdl__peak_bf16(j->t_end, &j->sink[t]);
         return;
     }
 #endif
@@ -9589,15 +9714,15 @@ static gdl__mutex gdl__peak_mu = GDL__MUTEX_INIT; /* one measurement at a time; 
 #define GDL__PEAK_LOCK() ((void)0)
 #define GDL__PEAK_UNLOCK() ((void)0)
 #endif
-static double gdl__peak_cache[2][GDL__POOL_MAX + 1]; /* GFLOP/s by thread count, [amx]; 0: not measured */
+static double gdl__peak_cache[2][GDL__POOL_MAX + 1]; /* GFLOP/s by thread count, [bf16]; 0: not measured */
 
 /* the measurement on `threads` of the pool (the caller holds the pool) */
-static double gdl__peak_measure(int threads, int amx) {
+static double gdl__peak_measure(int threads, int bf16) {
     gdl__peak_job *j = (gdl__peak_job *)calloc(1, sizeof *j);
     double sum = 0;
     int t;
     if (!j) return -1;
-    j->amx = amx;
+    j->bf16 = bf16;
     j->t_end = gdl__prof_clock() + GDL__PEAK_SECONDS;
     gdl__pool_run(threads, gdl__peak_task, j);
     for (t = 0; t < threads; t++) sum += j->rate[t];
@@ -9605,8 +9730,8 @@ static double gdl__peak_measure(int threads, int amx) {
     return sum > 0 ? sum * 1e-9 : -1;
 }
 
-/* The measured peak: the FMAs' (amx 0) or the tile unit's bf16 products' (1). */
-static double gdl__cpu_peak(const char *op, int threads, int amx) {
+/* The measured peak: the FMAs' (bf16 0) or the bf16 products' (1). */
+static double gdl__cpu_peak(const char *op, int threads, int bf16) {
     double p;
     int tries;
     if (threads == 0) threads = gdl_get_num_threads();
@@ -9616,10 +9741,10 @@ static double gdl__cpu_peak(const char *op, int threads, int amx) {
         return -1;
     }
     GDL__PEAK_LOCK();
-    p = gdl__peak_cache[amx][threads];
+    p = gdl__peak_cache[bf16][threads];
     for (tries = 0; p <= 0 && tries < 2000; tries++) { /* the pool may be busy with another thread's op: wait */
         if (gdl__pool_acquire()) {
-            p = gdl__peak_cache[amx][threads] = gdl__peak_measure(threads, amx);
+            p = gdl__peak_cache[bf16][threads] = gdl__peak_measure(threads, bf16);
             gdl__pool_release();
             if (p <= 0) break;
         } else {
@@ -9643,11 +9768,11 @@ GPUDL_API const char *gdl_flops_line(double flops_per_step, double seconds_per_s
         int threads = gdl_get_num_threads();
         peak = gdl_cpu_peak_gflops(threads);
         snprintf(how, sizeof how, "%d thread%s, %s", threads, threads == 1 ? "" : "s", GDL__PEAK_ISA);
-#ifdef GDL__GEMM_AMX
-        if (gdl__cpu_bf16_gemm && dt == GDL_F32 && peak > 0) { /* the tile unit's peak, then the FMAs' share */
+#ifdef GDL__GEMM_BF16
+        if (gdl__cpu_bf16_gemm && dt == GDL_F32 && peak > 0) { /* the bf16 products' peak, then the FMAs' share */
             const double fma = peak;
             peak = gdl__cpu_peak("gdl_flops_line", threads, 1);
-            snprintf(how, sizeof how, "%d thread%s, amx bf16; %.1f %% of the avx512 fma peak %.1f", threads,
+            snprintf(how, sizeof how, "%d thread%s, " GDL__TILE_NAME "; %.1f %% of the avx512 fma peak %.1f", threads,
                      threads == 1 ? "" : "s", 100 * rate / fma, fma);
         }
 #endif
@@ -12123,7 +12248,7 @@ static int gdl__dconv_forward(const gdl_conv_geom *g, int groups, int OC, int ac
     return 0;
 }
 
-#ifdef GDL__GEMM_AMX
+#ifdef GDL__GEMM_BF16
 /* The bf16 precision's stride-1 convolution on AMX (gdl_cpu_set_fp32_precision):
    the forward, and the input gradient as the forward of gy over the flipped,
    transposed weights. Each task takes a sample: its input, padded, goes
@@ -12147,6 +12272,8 @@ typedef struct {
     gdl__gemm_args epi; /* the forward's bias, activation and pre (ldc = OH*OW), else none */
     gdl_real *pre;
     size_t wsz, tsz;   /* floats: the shared weights; a task's buffer */
+    gdl__tile_list steps; /* the forward's K steps (gdl__aconv_task), tap by tap, 32 channels at a time */
+    int nstep;
 } gdl__aconv_job;
 
 /* One sample's input into xb: channel-last, padded (PT, PL), bf16; zero elsewhere. 16 channels by 16
@@ -12192,9 +12319,9 @@ static void gdl__aconv_task(void *p, int t, int nt) {
     GDL__ALIGNAS(64) float s[32 * 32], st[32 * 32];
     gdl_real *y = d->y + (ptrdiff_t)t * d->O * OHW;
     gdl_real *pre = d->pre ? d->pre + (ptrdiff_t)t * d->O * OHW : NULL;
-    int q0, ob, tap, cb, i, o, k;
+    int q0, ob, i, o, k;
     (void)nt;
-    if (!gdl__amx_configured) gdl__amx_configure();
+    gdl__tile_ready();
     gdl__aconv_input(d, d->x + (ptrdiff_t)t * d->C * d->H * d->W, xb);
     for (q0 = 0; q0 < nq; q0 += 32) {
         int run_i[40], run_at[40], run_len[40], nrun = 0;
@@ -12215,16 +12342,7 @@ static void gdl__aconv_task(void *p, int t, int nt) {
         for (ob = 0; ob < d->nob; ob++) {
             const uint16_t *wo = d->wb + (size_t)ob * ntap * kstep;
             const int on = d->O - ob * 32 < 32 ? d->O - ob * 32 : 32;
-            gdl__amx_zero4();
-            for (tap = 0; tap < ntap; tap++) {
-                const int kh = tap / d->KW, kw = tap % d->KW;
-                const uint16_t *xa = xb + ((size_t)q0 + (size_t)kh * d->DH * Wq + (size_t)kw * d->DW) * Cp;
-                for (cb = 0; cb < d->ncb; cb++) {
-                    const uint16_t *wt = wo + (size_t)tap * kstep + (size_t)cb * 1024;
-                    gdl__amx_step(xa + cb * 32, xa + (size_t)16 * Cp + cb * 32, Cp * 2, wt, wt + 512, 64);
-                }
-            }
-            gdl__amx_store4(s);
+            gdl__tile_steps(xb + (size_t)q0 * Cp, wo, &d->steps, d->nstep, 0, s);
             for (k = 0; k < 4; k++) /* st[channel][position] */
                 gdl__dconv_tr16(s + (k >> 1) * 512 + (k & 1) * 16, 32, 16, st + (k & 1) * 512 + (k >> 1) * 16, 32, 16);
             for (o = 0; o < on; o++) {
@@ -12269,16 +12387,68 @@ static int gdl__agw_span(const gdl_conv_geom *g, int G) {
 static int gdl__aconv_pays(const gdl_conv_geom *g, int groups, int C, int O) {
     return gdl__cpu_bf16_gemm && groups == 1 && g->SH == 1 && g->SW == 1 && C >= 8 && O >= 16;
 }
+/* The share of a pass's products that are not padding: of its positions (the outputs kept of those
+   computed, 32 a block; the weight gradient's of its group's K) and of its input channels (the
+   forward's K, the weight gradient's columns; the input gradient's K is the output channels), of a
+   multiple of 32: the smaller. The tile unit takes any (its rate is
+   so far above the FMAs' that the padding costs little); vdpbf16ps, at twice the FMAs' rate, only half
+   or more (3 x 3 maps fill 9 of 32 positions, 9 channels 9 of 32: there the f32 passes are faster).
+   tests/test_conv.c sets the floor to 0 to run every case on this path. */
+#ifdef GDL__GEMM_AMX
+#define GDL__ACONV_FILL 0.0
+#else
+#define GDL__ACONV_FILL 0.5
+#endif
+static double gdl__aconv_fill_min = GDL__ACONV_FILL;
+static double gdl__aconv_fill(int pass, const gdl_conv_geom *g, int OC) {
+    const int Kc = pass == 2 ? OC : g->C; /* the channels padded to 32 (the weight gradient's columns) */
+    const double chan = (double)Kc / ((Kc + 31) / 32 * 32);
+    double pos;
+    if (pass == 1) {
+        const int G = gdl__agw_group(g) < g->N ? gdl__agw_group(g) : g->N;
+        pos = (double)G * g->OH * g->OW / ((gdl__agw_span(g, G) + 31) / 32 * 32);
+    } else {
+        const int rows = pass == 2 ? g->H : g->OH, cols = pass == 2 ? g->W : g->OW;
+        const int Wq = pass == 2 ? g->W + g->DW * (g->KW - 1) : g->W + 2 * g->PW;
+        pos = (double)rows * cols / (((int64_t)rows * Wq + 31) / 32 * 32);
+    }
+    return pos < chan ? pos : chan;
+}
 /* ... for pass (conv_implicit's) of a convolution of OC output channels: the input gradient's padding
    within the kernel's reach (gy padded, not cropped), the weight gradient's group of maps at least 32
-   positions over the padded width (below, its one K step is mostly padding: the f32 kernel is faster). */
+   positions over the padded width (below, its one K step is mostly padding: the f32 kernel is faster),
+   and the products filled enough for this path (above). */
 static int gdl__aconv_takes(int pass, const gdl_conv_geom *g, int groups, int OC) {
+    if (gdl__aconv_fill(pass, g, OC) < gdl__aconv_fill_min) return 0;
     if (pass == 0) return gdl__aconv_pays(g, groups, g->C, OC);
     if (pass == 1) {
         const int G = gdl__agw_group(g);
         return gdl__aconv_pays(g, groups, g->C, OC) && gdl__agw_span(g, G < g->N ? G : g->N) >= 32;
     }
     return gdl__aconv_pays(g, groups, OC, g->C) && g->PH <= g->DH * (g->KH - 1) && g->PW <= g->DW * (g->KW - 1);
+}
+
+/* The forward's K steps from a block's first input position (A: 32 positions Cp channels apart by 32
+   channels) and its 32 output channels' weights (B): each tap's, 32 input channels a step. 0, or 1
+   with no memory. */
+static int gdl__aconv_list(gdl__aconv_job *d) {
+    ptrdiff_t *ao;
+    int tap, cb, s = 0;
+    d->nstep = d->KH * d->KW * d->ncb;
+    ao = (ptrdiff_t *)malloc(sizeof(ptrdiff_t) * 2 * (size_t)d->nstep);
+    if (!ao) return 1;
+    for (tap = 0; tap < d->KH * d->KW; tap++)
+        for (cb = 0; cb < d->ncb; cb++, s++) {
+            ao[s] = ((ptrdiff_t)tap / d->KW * d->DH * d->Wq + (ptrdiff_t)tap % d->KW * d->DW) * d->Cp + cb * 32;
+            ao[d->nstep + s] = ((ptrdiff_t)tap * d->ncb + cb) * 1024;
+        }
+    d->steps.ao = ao;
+    d->steps.bo = ao + d->nstep;
+    d->steps.a1 = (ptrdiff_t)16 * d->Cp;
+    d->steps.lda = d->Cp * 2;
+    d->steps.b1 = 512;
+    d->steps.ldb = 64;
+    return 0;
 }
 
 /* The stride-1 convolution of x [N][C][H][W], padded (PT, PL) to Hq x Wq, by the
@@ -12335,7 +12505,9 @@ static int gdl__aconv_run(const gdl_conv_geom *g, int C, int O, int H, int W, in
                             }
     }
     d.wb = wb;
+    if (gdl__aconv_list(&d)) return 1;
     gdl__pool_run(g->N, gdl__aconv_task, &d);
+    free((void *)d.steps.ao);
     return 0;
 }
 
@@ -12365,6 +12537,7 @@ typedef struct {
     const gdl_real *gy;  /* [N][O][OH][OW] */
     float *part;         /* [chunk][tap][ob][cb][32][32] */
     size_t psz;          /* floats a chunk's partial sums */
+    gdl__tile_list steps; /* K steps of 32 positions: A from gy's copy, B from a paired input copy */
 } gdl__agw_job;
 
 static void gdl__agw_task(void *p, int t, int nt) {
@@ -12380,9 +12553,9 @@ static void gdl__agw_task(void *p, int t, int nt) {
                                          0x2e000e, 0x2f000f);
     const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
     int n, n0 = t * GDL__AGW_CHUNK, n1 = n0 + GDL__AGW_CHUNK < d->N ? n0 + GDL__AGW_CHUNK : d->N;
-    int i, o, oh, tap, ob, cb, q0, s;
+    int i, o, oh, tap, ob, cb, s;
     (void)nt;
-    if (!gdl__amx_configured) gdl__amx_configure();
+    gdl__tile_ready();
     for (n = n0; n < n1; n += d->G) {
         const int gn = n1 - n < d->G ? n1 - n : d->G; /* this group's samples */
         const int npos = gn * d->P + a->margin, Lk = (gdl__agw_span(a->g, gn) + 31) / 32 * 32;
@@ -12422,16 +12595,8 @@ static void gdl__agw_task(void *p, int t, int nt) {
             for (ob = 0; ob < d->nob; ob++)
                 for (cb = 0; cb < a->ncb; cb++) {
                     float *acc = part + (((size_t)tap * d->nob + ob) * a->ncb + cb) * 1024;
-                    const uint16_t *g0 = gyb + (size_t)ob * 32 * d->Lk;
-                    if (n == n0)
-                        gdl__amx_zero4();
-                    else
-                        gdl__amx_load4(acc);
-                    for (q0 = 0; q0 < Lk; q0 += 32) {
-                        const uint16_t *b = xv + ((size_t)q0 / 2 * Cp + (size_t)cb * 32) * 2;
-                        gdl__amx_step(g0 + q0, g0 + (size_t)16 * d->Lk + q0, d->Lk * 2, b, b + 32, Cp * 4);
-                    }
-                    gdl__amx_store4(acc);
+                    gdl__tile_steps(gyb + (size_t)ob * 32 * d->Lk, xv + (size_t)cb * 64, &d->steps, Lk / 32, n != n0,
+                                    acc);
                 }
         }
     }
@@ -12471,7 +12636,23 @@ static int gdl__agw_run(const gdl_conv_geom *g, int OC, const gdl_real *x, const
         !gdl__gemm_reserve(a->wsz + (size_t)threads * a->tsz))
         return 1;
     d.part = gdl__gemm_shared.buf;
+    {
+        ptrdiff_t *o = (ptrdiff_t *)malloc(sizeof(ptrdiff_t) * 2 * (size_t)(d.Lk / 32));
+        int s;
+        if (!o) return 1;
+        for (s = 0; s < d.Lk / 32; s++) {
+            o[s] = (ptrdiff_t)s * 32;                 /* gy [Op][Lk]: 32 positions further along the rows */
+            o[d.Lk / 32 + s] = (ptrdiff_t)s * 32 * a->Cp; /* the pairs [position / 2][Cp][2]: 16 pairs on */
+        }
+        d.steps.ao = o;
+        d.steps.bo = o + d.Lk / 32;
+        d.steps.a1 = (ptrdiff_t)16 * d.Lk;
+        d.steps.lda = d.Lk * 2;
+        d.steps.b1 = 32;
+        d.steps.ldb = a->Cp * 4;
+    }
     gdl__pool_run(d.nchunk, gdl__agw_task, &d);
+    free((void *)d.steps.ao);
     for (tap = 0; tap < KK; tap++) /* each block's chunks added in order, then into gw */
         for (ob = 0; ob < d.nob; ob++)
             for (cb = 0; cb < a->ncb; cb++) {
@@ -12539,15 +12720,12 @@ static int gdl__cpu_conv_implicit(int pass, const gdl_conv_geom *g, int groups, 
     if (fresh) pass = 2;
     if (gdl__conv_path == 0) return 1;
     if (g->N <= 0 || OCg <= 0 || CgKK <= 0) return 1;
-    /* the input gradient's tasks are the samples: fewer samples than threads would leave threads idle (but
-       the tile unit's bits are its own: it takes its passes whatever the thread count) */
-#ifdef GDL__GEMM_AMX
-    if (pass == 2 && threads > 1 && g->N < threads && !gdl__aconv_takes(2, g, groups, OC)) return 1;
-#else
-    if (pass == 2 && threads > 1 && g->N < threads) return 1;
-#endif
+    /* the input gradient's tasks are the samples: fewer samples than threads would leave threads idle, and
+       the caller's GEMM takes it (but not under the bf16 precision: that GEMM's products are bf16's, this
+       file's direct passes f32's, so the path, and the bits, would depend on the thread count) */
+    if (pass == 2 && threads > 1 && g->N < threads && !gdl__cpu_bf16_gemm) return 1;
     if (!gdl__pool_acquire()) return 1; /* another thread's GEMM has the packing buffers */
-#ifdef GDL__GEMM_AMX
+#ifdef GDL__GEMM_BF16
     if (pass == 0 && gdl__aconv_takes(0, g, groups, OC) &&
         gdl__aconv_run(g, g->C, OC, g->H, g->W, g->PH, g->PW, g->H + 2 * g->PH, g->W + 2 * g->PW, g->OH, g->OW, 0, 0, x,
                        w, out, bias, act, pre, threads) == 0) {
@@ -13372,11 +13550,10 @@ static void gdl__bn_affine_rows(const gdl_real *x, gdl_real *y, int64_t n, doubl
 #ifdef GDL__BNV_W
 enum { GDL__BNV_COLS = 8 / GDL__BNV_W }; /* the vectors of a block of 8 channels */
 #endif
-/* out[k] = the sum over the N rows (C apart) of x[k] (mu NULL) or of (x[k] - mu[k])^2, k < w */
+/* out[k] = the sum over the N rows (C apart) of x[k] (mu NULL) or of (x[k] - mu[k])^2, k < w <= 8 */
 static void gdl__bn_col_sums(const gdl_real *x, int64_t N, int64_t C, int w, const double *mu, double *out) {
     int64_t n;
     int k;
-    for (k = 0; k < w; k++) out[k] = 0;
 #ifdef GDL__BNV_W
     if (w == 8) {
         gdl__bnv acc[GDL__BNV_COLS], m[GDL__BNV_COLS];
@@ -13394,6 +13571,8 @@ static void gdl__bn_col_sums(const gdl_real *x, int64_t N, int64_t C, int w, con
         return;
     }
 #endif
+    if (w > 8) w = 8; /* (said above; gcc's -O3 on some targets cannot see it and warns of out's bounds) */
+    for (k = 0; k < w; k++) out[k] = 0;
     for (n = 0; n < N; n++)
         for (k = 0; k < w; k++) {
             const double d = mu ? x[n * C + k] - mu[k] : x[n * C + k];

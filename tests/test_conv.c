@@ -8,7 +8,7 @@
    fallback when the GEMM's buffers are held by someone else; linear_act's
    epilogue against linear then the activation; the backend's bf16
    backwards set (not add to) an unset gradient when told; the bf16
-   precision's convolutions (AMX) against the direct loop and across thread
+   precision's convolutions (AMX or AVX512-BF16) against the direct loop and across thread
    counts. One translation
    unit with the implementation: it picks the path through gdl__conv_path. */
 #define GPUDL_IMPLEMENTATION
@@ -329,14 +329,13 @@ TEST conv_paths_agree(const conv_case *c) {
 
 /* The bf16 precision (gdl_cpu_set_fp32_precision): the direct loop's results to bf16's rounding, the same
    bits at 1, 2 and 3 threads, and, where the tile unit's convolution takes the case, other bits than
-   "ieee" (the path ran). Skipped where there is no AMX. */
-TEST conv_bf16_precision(const conv_case *c) {
-    const int tile_unit = c->sh == 1 && c->sw == 1 && c->groups == 1 && c->C >= 8 && c->OC >= 16;
+   "ieee" (the path ran). Skipped where neither AMX nor AVX512-BF16 is. */
+static enum harness_result bf16_case(const conv_case *c, int tile_unit) {
     conv_io io;
     conv_res ieee, one, cur;
     enum harness_result hr = HARNESS_PASS;
     int t;
-    if (gdl_cpu_set_fp32_precision("bf16") < 0) SKIPm("no bf16 precision here (no AMX)");
+    if (gdl_cpu_set_fp32_precision("bf16") < 0) SKIPm("no bf16 precision here (neither AMX nor AVX512-BF16)");
     gdl_cpu_set_fp32_precision("ieee");
     if (make_io(c, &io) < 0) FAILm(gdl_last_error());
     if (run(c, &io, -1, 2, &ieee) < 0) FAILf("%s: ieee: %s", c->name, gdl_last_error());
@@ -362,6 +361,22 @@ TEST conv_bf16_precision(const conv_case *c) {
     free_io(&io);
     gdl_set_num_threads(0);
     return hr;
+}
+/* ... on the path's own choice of where it pays, then, on AVX512-BF16 (whose floor keeps it off 3 x 3 maps
+   and few channels: src/cpu/conv_pool.h), with every case it can take taken, as on the tile unit */
+TEST conv_bf16_precision(const conv_case *c) {
+    const int tile_unit = c->sh == 1 && c->sw == 1 && c->groups == 1 && c->C >= 8 && c->OC >= 16;
+#ifdef GDL__GEMM_BF16
+    enum harness_result hr = bf16_case(c, tile_unit && gdl__aconv_fill_min == 0);
+    if (hr == HARNESS_PASS && gdl__aconv_fill_min > 0) {
+        gdl__aconv_fill_min = 0;
+        hr = bf16_case(c, tile_unit);
+        gdl__aconv_fill_min = GDL__ACONV_FILL;
+    }
+    return hr;
+#else
+    return bf16_case(c, tile_unit);
+#endif
 }
 
 /* With the GEMM's buffers held (another thread's GEMM, say), the entry

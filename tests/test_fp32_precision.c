@@ -1,12 +1,12 @@
 /* test_fp32_precision.c — gdl_cpu_set_fp32_precision: the API's edges on
-   every machine, and where "bf16" is granted (AMX) the bf16 GEMM against a
+   every machine, and where "bf16" is granted (AMX, or AVX512-BF16) the bf16 GEMM against a
    double reference of the bf16-rounded operands (transposes, edges, K blocks,
    alpha and beta, the backend's batched calls), its bits across thread
    counts (GEMMs, a Linear layer, a broadcast matmul's backward), "ieee"
    bitwise unchanged after a round trip, a 3x3 convolution on the tile unit
    (other bits, close to "ieee"), and a Linear layer's forward and backward
    close to "ieee".
-   Where "bf16" is refused (no AMX in the CPU or the build) the tests that
+   Where "bf16" is refused (neither in the CPU or the build) the tests that
    need it are skipped, and the refusal itself is checked. */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
@@ -16,6 +16,12 @@
 
 #if defined(GDL__GEMM_CBLAS) || defined(GPUDL_DOUBLE)
 #error "test_fp32_precision tests the built-in float GEMM: build without GPUDL_CBLAS and GPUDL_DOUBLE"
+#endif
+
+#ifdef GDL__TILE_NAME
+#define BF16_PATH GDL__TILE_NAME /* "amx bf16" or "avx512 bf16 dot" (src/cpu/gemm.h) */
+#else
+#define BF16_PATH "none"
 #endif
 
 static int have_bf16; /* gdl_cpu_set_fp32_precision("bf16") granted on this machine and build */
@@ -81,8 +87,8 @@ TEST api_edges(void) {
         ASSERT_CONTAINS(gdl_last_error(), "AMX");
         ASSERT_STR_EQ("ieee", gdl_cpu_get_fp32_precision());
     }
-#ifndef GDL__GEMM_AMX
-    ASSERTm("a build without the AMX path granted \"bf16\"", !have_bf16);
+#ifndef GDL__GEMM_BF16
+    ASSERTm("a build without a bf16 path granted \"bf16\"", !have_bf16);
 #endif
     PASS();
 }
@@ -184,7 +190,7 @@ static const float alphas_betas[][2] = {{1, 0}, {0.5f, 1}, {1, 0.25f}, {0.5f, 0}
 TEST gemm_bf16_vs_reference(void) {
     size_t s;
     int t, n = 0;
-    if (!have_bf16) SKIPm("no AMX: \"bf16\" refused");
+    if (!have_bf16) SKIPm("no bf16 products: \"bf16\" refused");
     for (s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (t = 0; t < 4; t++, n++) {
             gemm_case c;
@@ -224,7 +230,7 @@ TEST gemm_bf16_is_not_ieee(void) {
     double worst_bf, worst_ieee, worst_unrounded;
     size_t n;
     long diff;
-    if (!have_bf16) SKIPm("no AMX: \"bf16\" refused");
+    if (!have_bf16) SKIPm("no bf16 products: \"bf16\" refused");
     ASSERT(gemm_data_make(&c, &d));
     n = (size_t)c.M * d.ldc;
     ASSERT_NOT_NULL(ieee = (float *)malloc(sizeof(float) * n));
@@ -296,7 +302,7 @@ TEST gemm_bf16_batched(const int *acc) {
         if (th > 3 || differ) off = batch_check(*acc, A, B, C0, C1);
     }
     free(A), free(B), free(C0), free(C), free(C1);
-    if (!have_bf16) SKIPm("no AMX: \"bf16\" refused");
+    if (!have_bf16) SKIPm("no bf16 products: \"bf16\" refused");
     ASSERTm("the batched GEMM ran", off >= 0);
     if (differ) FAILf("the batch's bits differ at %d threads from 1 thread", differ);
     ASSERT_EQm("elements of the batch off the bf16 reference", 0, off);
@@ -309,7 +315,7 @@ TEST gemm_bf16_threads_bitwise(void) {
     static const int sh[][3] = {{300, 700, 600}, {65, 97, 513}, {129, 250, 70}};
     size_t s;
     int t, th, saved = gdl_get_num_threads();
-    if (!have_bf16) SKIPm("no AMX: \"bf16\" refused");
+    if (!have_bf16) SKIPm("no bf16 products: \"bf16\" refused");
     for (s = 0; s < sizeof sh / sizeof sh[0]; s++)
         for (t = 0; t < 4; t++) {
             gemm_case c;
@@ -429,7 +435,7 @@ TEST ops_bf16_threads_bitwise(void) {
     lin_result one, r;
     float *g1 = NULL, *g;
     int th, saved = gdl_get_num_threads(), same = 1;
-    if (!have_bf16) SKIPm("no AMX: \"bf16\" refused");
+    if (!have_bf16) SKIPm("no bf16 products: \"bf16\" refused");
     ASSERT_EQ(0, gdl_cpu_set_fp32_precision("bf16"));
     for (th = 1; th <= 3 && same; th++) {
         gdl_set_num_threads(th);
@@ -543,7 +549,7 @@ TEST conv_takes_bf16(void) {
     long diff[3] = {-1, -1, -1};
     double e[3] = {1, 1, 1};
     int i;
-    if (!have_bf16) SKIPm("no AMX: \"bf16\" refused");
+    if (!have_bf16) SKIPm("no bf16 products: \"bf16\" refused");
     ASSERT(conv_run(&y0, &gx0, &gw0));
     if (gdl_cpu_set_fp32_precision("bf16") == 0 && conv_run(&y1, &gx1, &gw1)) {
         diff[0] = bits_differing(y0, y1, 2 * 24 * 12 * 12);
@@ -588,7 +594,7 @@ TEST conv_bf16_into_unset_grad(void) {
     float *leaf = NULL, *y = NULL, *gw = NULL, *g[3] = {NULL, NULL, NULL}, *x = NULL;
     long i, bad[3] = {0, 0, 0};
     int m;
-    if (!have_bf16) SKIPm("no AMX: \"bf16\" refused");
+    if (!have_bf16) SKIPm("no bf16 products: \"bf16\" refused");
     if (gdl_cpu_set_fp32_precision("bf16") == 0 && conv_run(&y, &leaf, &gw))
         for (m = 0; m < 3; m++) g[m] = conv_fresh_gx(m);
     gdl_manual_seed(11);
@@ -620,7 +626,7 @@ TEST linear_bf16_close_to_ieee(void) {
     lin_result bf;
     double e[4];
     int i;
-    if (!have_bf16) SKIPm("no AMX: \"bf16\" refused");
+    if (!have_bf16) SKIPm("no bf16 products: \"bf16\" refused");
     ASSERT_NOT_NULL(lin_before.y);
     ASSERT_EQ(0, gdl_cpu_set_fp32_precision("bf16"));
     ASSERT(lin_run(&bf));
@@ -659,8 +665,8 @@ int main(int argc, char **argv) {
     baseline = ieee_baseline(); /* before any "bf16" call */
     have_bf16 = gdl_cpu_set_fp32_precision("bf16") == 0;
     printf("fp32 precision \"bf16\": %s (GEMM kernel %s)\n",
-           have_bf16 ? "granted: the AMX cases run" : gdl_last_error(), gdl_gemm_kernel_name());
-    if (!have_bf16) printf("no AMX: the bf16 cases are skipped, the API's edges and \"ieee\" run\n");
+           have_bf16 ? "granted: the bf16 cases run (" BF16_PATH ")" : gdl_last_error(), gdl_gemm_kernel_name());
+    if (!have_bf16) printf("no bf16 products (AMX or AVX512-BF16): the bf16 cases are skipped, the API's edges and \"ieee\" run\n");
     restore_ieee();
     if (!baseline) printf("the ieee baseline could not be computed\n");
     SET_TEARDOWN(back_to_ieee, &threads);

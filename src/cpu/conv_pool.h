@@ -774,7 +774,7 @@ static int gdl__dconv_forward(const gdl_conv_geom *g, int groups, int OC, int ac
     return 0;
 }
 
-#ifdef GDL__GEMM_AMX
+#ifdef GDL__GEMM_BF16
 /* The bf16 precision's stride-1 convolution on AMX (gdl_cpu_set_fp32_precision):
    the forward, and the input gradient as the forward of gy over the flipped,
    transposed weights. Each task takes a sample: its input, padded, goes
@@ -798,6 +798,8 @@ typedef struct {
     gdl__gemm_args epi; /* the forward's bias, activation and pre (ldc = OH*OW), else none */
     gdl_real *pre;
     size_t wsz, tsz;   /* floats: the shared weights; a task's buffer */
+    gdl__tile_list steps; /* the forward's K steps (gdl__aconv_task), tap by tap, 32 channels at a time */
+    int nstep;
 } gdl__aconv_job;
 
 /* One sample's input into xb: channel-last, padded (PT, PL), bf16; zero elsewhere. 16 channels by 16
@@ -843,9 +845,9 @@ static void gdl__aconv_task(void *p, int t, int nt) {
     GDL__ALIGNAS(64) float s[32 * 32], st[32 * 32];
     gdl_real *y = d->y + (ptrdiff_t)t * d->O * OHW;
     gdl_real *pre = d->pre ? d->pre + (ptrdiff_t)t * d->O * OHW : NULL;
-    int q0, ob, tap, cb, i, o, k;
+    int q0, ob, i, o, k;
     (void)nt;
-    if (!gdl__amx_configured) gdl__amx_configure();
+    gdl__tile_ready();
     gdl__aconv_input(d, d->x + (ptrdiff_t)t * d->C * d->H * d->W, xb);
     for (q0 = 0; q0 < nq; q0 += 32) {
         int run_i[40], run_at[40], run_len[40], nrun = 0;
@@ -866,16 +868,7 @@ static void gdl__aconv_task(void *p, int t, int nt) {
         for (ob = 0; ob < d->nob; ob++) {
             const uint16_t *wo = d->wb + (size_t)ob * ntap * kstep;
             const int on = d->O - ob * 32 < 32 ? d->O - ob * 32 : 32;
-            gdl__amx_zero4();
-            for (tap = 0; tap < ntap; tap++) {
-                const int kh = tap / d->KW, kw = tap % d->KW;
-                const uint16_t *xa = xb + ((size_t)q0 + (size_t)kh * d->DH * Wq + (size_t)kw * d->DW) * Cp;
-                for (cb = 0; cb < d->ncb; cb++) {
-                    const uint16_t *wt = wo + (size_t)tap * kstep + (size_t)cb * 1024;
-                    gdl__amx_step(xa + cb * 32, xa + (size_t)16 * Cp + cb * 32, Cp * 2, wt, wt + 512, 64);
-                }
-            }
-            gdl__amx_store4(s);
+            gdl__tile_steps(xb + (size_t)q0 * Cp, wo, &d->steps, d->nstep, 0, s);
             for (k = 0; k < 4; k++) /* st[channel][position] */
                 gdl__dconv_tr16(s + (k >> 1) * 512 + (k & 1) * 16, 32, 16, st + (k & 1) * 512 + (k >> 1) * 16, 32, 16);
             for (o = 0; o < on; o++) {
@@ -920,16 +913,68 @@ static int gdl__agw_span(const gdl_conv_geom *g, int G) {
 static int gdl__aconv_pays(const gdl_conv_geom *g, int groups, int C, int O) {
     return gdl__cpu_bf16_gemm && groups == 1 && g->SH == 1 && g->SW == 1 && C >= 8 && O >= 16;
 }
+/* The share of a pass's products that are not padding: of its positions (the outputs kept of those
+   computed, 32 a block; the weight gradient's of its group's K) and of its input channels (the
+   forward's K, the weight gradient's columns; the input gradient's K is the output channels), of a
+   multiple of 32: the smaller. The tile unit takes any (its rate is
+   so far above the FMAs' that the padding costs little); vdpbf16ps, at twice the FMAs' rate, only half
+   or more (3 x 3 maps fill 9 of 32 positions, 9 channels 9 of 32: there the f32 passes are faster).
+   tests/test_conv.c sets the floor to 0 to run every case on this path. */
+#ifdef GDL__GEMM_AMX
+#define GDL__ACONV_FILL 0.0
+#else
+#define GDL__ACONV_FILL 0.5
+#endif
+static double gdl__aconv_fill_min = GDL__ACONV_FILL;
+static double gdl__aconv_fill(int pass, const gdl_conv_geom *g, int OC) {
+    const int Kc = pass == 2 ? OC : g->C; /* the channels padded to 32 (the weight gradient's columns) */
+    const double chan = (double)Kc / ((Kc + 31) / 32 * 32);
+    double pos;
+    if (pass == 1) {
+        const int G = gdl__agw_group(g) < g->N ? gdl__agw_group(g) : g->N;
+        pos = (double)G * g->OH * g->OW / ((gdl__agw_span(g, G) + 31) / 32 * 32);
+    } else {
+        const int rows = pass == 2 ? g->H : g->OH, cols = pass == 2 ? g->W : g->OW;
+        const int Wq = pass == 2 ? g->W + g->DW * (g->KW - 1) : g->W + 2 * g->PW;
+        pos = (double)rows * cols / (((int64_t)rows * Wq + 31) / 32 * 32);
+    }
+    return pos < chan ? pos : chan;
+}
 /* ... for pass (conv_implicit's) of a convolution of OC output channels: the input gradient's padding
    within the kernel's reach (gy padded, not cropped), the weight gradient's group of maps at least 32
-   positions over the padded width (below, its one K step is mostly padding: the f32 kernel is faster). */
+   positions over the padded width (below, its one K step is mostly padding: the f32 kernel is faster),
+   and the products filled enough for this path (above). */
 static int gdl__aconv_takes(int pass, const gdl_conv_geom *g, int groups, int OC) {
+    if (gdl__aconv_fill(pass, g, OC) < gdl__aconv_fill_min) return 0;
     if (pass == 0) return gdl__aconv_pays(g, groups, g->C, OC);
     if (pass == 1) {
         const int G = gdl__agw_group(g);
         return gdl__aconv_pays(g, groups, g->C, OC) && gdl__agw_span(g, G < g->N ? G : g->N) >= 32;
     }
     return gdl__aconv_pays(g, groups, OC, g->C) && g->PH <= g->DH * (g->KH - 1) && g->PW <= g->DW * (g->KW - 1);
+}
+
+/* The forward's K steps from a block's first input position (A: 32 positions Cp channels apart by 32
+   channels) and its 32 output channels' weights (B): each tap's, 32 input channels a step. 0, or 1
+   with no memory. */
+static int gdl__aconv_list(gdl__aconv_job *d) {
+    ptrdiff_t *ao;
+    int tap, cb, s = 0;
+    d->nstep = d->KH * d->KW * d->ncb;
+    ao = (ptrdiff_t *)malloc(sizeof(ptrdiff_t) * 2 * (size_t)d->nstep);
+    if (!ao) return 1;
+    for (tap = 0; tap < d->KH * d->KW; tap++)
+        for (cb = 0; cb < d->ncb; cb++, s++) {
+            ao[s] = ((ptrdiff_t)tap / d->KW * d->DH * d->Wq + (ptrdiff_t)tap % d->KW * d->DW) * d->Cp + cb * 32;
+            ao[d->nstep + s] = ((ptrdiff_t)tap * d->ncb + cb) * 1024;
+        }
+    d->steps.ao = ao;
+    d->steps.bo = ao + d->nstep;
+    d->steps.a1 = (ptrdiff_t)16 * d->Cp;
+    d->steps.lda = d->Cp * 2;
+    d->steps.b1 = 512;
+    d->steps.ldb = 64;
+    return 0;
 }
 
 /* The stride-1 convolution of x [N][C][H][W], padded (PT, PL) to Hq x Wq, by the
@@ -986,7 +1031,9 @@ static int gdl__aconv_run(const gdl_conv_geom *g, int C, int O, int H, int W, in
                             }
     }
     d.wb = wb;
+    if (gdl__aconv_list(&d)) return 1;
     gdl__pool_run(g->N, gdl__aconv_task, &d);
+    free((void *)d.steps.ao);
     return 0;
 }
 
@@ -1016,6 +1063,7 @@ typedef struct {
     const gdl_real *gy;  /* [N][O][OH][OW] */
     float *part;         /* [chunk][tap][ob][cb][32][32] */
     size_t psz;          /* floats a chunk's partial sums */
+    gdl__tile_list steps; /* K steps of 32 positions: A from gy's copy, B from a paired input copy */
 } gdl__agw_job;
 
 static void gdl__agw_task(void *p, int t, int nt) {
@@ -1031,9 +1079,9 @@ static void gdl__agw_task(void *p, int t, int nt) {
                                          0x2e000e, 0x2f000f);
     const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
     int n, n0 = t * GDL__AGW_CHUNK, n1 = n0 + GDL__AGW_CHUNK < d->N ? n0 + GDL__AGW_CHUNK : d->N;
-    int i, o, oh, tap, ob, cb, q0, s;
+    int i, o, oh, tap, ob, cb, s;
     (void)nt;
-    if (!gdl__amx_configured) gdl__amx_configure();
+    gdl__tile_ready();
     for (n = n0; n < n1; n += d->G) {
         const int gn = n1 - n < d->G ? n1 - n : d->G; /* this group's samples */
         const int npos = gn * d->P + a->margin, Lk = (gdl__agw_span(a->g, gn) + 31) / 32 * 32;
@@ -1073,16 +1121,8 @@ static void gdl__agw_task(void *p, int t, int nt) {
             for (ob = 0; ob < d->nob; ob++)
                 for (cb = 0; cb < a->ncb; cb++) {
                     float *acc = part + (((size_t)tap * d->nob + ob) * a->ncb + cb) * 1024;
-                    const uint16_t *g0 = gyb + (size_t)ob * 32 * d->Lk;
-                    if (n == n0)
-                        gdl__amx_zero4();
-                    else
-                        gdl__amx_load4(acc);
-                    for (q0 = 0; q0 < Lk; q0 += 32) {
-                        const uint16_t *b = xv + ((size_t)q0 / 2 * Cp + (size_t)cb * 32) * 2;
-                        gdl__amx_step(g0 + q0, g0 + (size_t)16 * d->Lk + q0, d->Lk * 2, b, b + 32, Cp * 4);
-                    }
-                    gdl__amx_store4(acc);
+                    gdl__tile_steps(gyb + (size_t)ob * 32 * d->Lk, xv + (size_t)cb * 64, &d->steps, Lk / 32, n != n0,
+                                    acc);
                 }
         }
     }
@@ -1122,7 +1162,23 @@ static int gdl__agw_run(const gdl_conv_geom *g, int OC, const gdl_real *x, const
         !gdl__gemm_reserve(a->wsz + (size_t)threads * a->tsz))
         return 1;
     d.part = gdl__gemm_shared.buf;
+    {
+        ptrdiff_t *o = (ptrdiff_t *)malloc(sizeof(ptrdiff_t) * 2 * (size_t)(d.Lk / 32));
+        int s;
+        if (!o) return 1;
+        for (s = 0; s < d.Lk / 32; s++) {
+            o[s] = (ptrdiff_t)s * 32;                 /* gy [Op][Lk]: 32 positions further along the rows */
+            o[d.Lk / 32 + s] = (ptrdiff_t)s * 32 * a->Cp; /* the pairs [position / 2][Cp][2]: 16 pairs on */
+        }
+        d.steps.ao = o;
+        d.steps.bo = o + d.Lk / 32;
+        d.steps.a1 = (ptrdiff_t)16 * d.Lk;
+        d.steps.lda = d.Lk * 2;
+        d.steps.b1 = 32;
+        d.steps.ldb = a->Cp * 4;
+    }
     gdl__pool_run(d.nchunk, gdl__agw_task, &d);
+    free((void *)d.steps.ao);
     for (tap = 0; tap < KK; tap++) /* each block's chunks added in order, then into gw */
         for (ob = 0; ob < d.nob; ob++)
             for (cb = 0; cb < a->ncb; cb++) {
@@ -1190,15 +1246,12 @@ static int gdl__cpu_conv_implicit(int pass, const gdl_conv_geom *g, int groups, 
     if (fresh) pass = 2;
     if (gdl__conv_path == 0) return 1;
     if (g->N <= 0 || OCg <= 0 || CgKK <= 0) return 1;
-    /* the input gradient's tasks are the samples: fewer samples than threads would leave threads idle (but
-       the tile unit's bits are its own: it takes its passes whatever the thread count) */
-#ifdef GDL__GEMM_AMX
-    if (pass == 2 && threads > 1 && g->N < threads && !gdl__aconv_takes(2, g, groups, OC)) return 1;
-#else
-    if (pass == 2 && threads > 1 && g->N < threads) return 1;
-#endif
+    /* the input gradient's tasks are the samples: fewer samples than threads would leave threads idle, and
+       the caller's GEMM takes it (but not under the bf16 precision: that GEMM's products are bf16's, this
+       file's direct passes f32's, so the path, and the bits, would depend on the thread count) */
+    if (pass == 2 && threads > 1 && g->N < threads && !gdl__cpu_bf16_gemm) return 1;
     if (!gdl__pool_acquire()) return 1; /* another thread's GEMM has the packing buffers */
-#ifdef GDL__GEMM_AMX
+#ifdef GDL__GEMM_BF16
     if (pass == 0 && gdl__aconv_takes(0, g, groups, OC) &&
         gdl__aconv_run(g, g->C, OC, g->H, g->W, g->PH, g->PW, g->H + 2 * g->PH, g->W + 2 * g->PW, g->OH, g->OW, 0, 0, x,
                        w, out, bias, act, pre, threads) == 0) {

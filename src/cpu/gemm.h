@@ -941,7 +941,7 @@ typedef struct gdl__gemm_args {
        only. Each element is the sum a call per product would form. */
     int span;
     ptrdiff_t sBs, sCs;
-    /* bf16 = 1: on the tile unit (gdl__gemm_blocked_amx), its panels after
+    /* bf16 = 1: on the tile unit (gdl__gemm_blocked_tile), its panels after
        the f32 ones in the packing buffers (gdl__gemm_plan sizes them); read
        once, from the precision when the arguments are made, so that a plan
        and its run agree. Not for an implicit GEMM (conv). */
@@ -1162,9 +1162,19 @@ static size_t gdl__gemm_f32_size(int r, int c) { return ((size_t)r * c + 15) & ~
    element's K steps and blocks are the same whichever cell has it, and the
    tile unit's result for an element does not depend on its row or column
    in the tile (tests/test_fp32_precision.c). */
+/* A list of K steps for gdl__tile_steps, from bases a and b: step s's A tiles at a + ao[s] (rows 0-15)
+   and a + ao[s] + a1 (16-31), lda bytes a row of 32 values; its B tiles at b + bo[s] (columns 0-15) and
+   b + bo[s] + b1 (16-31), ldb bytes a row of 16 pairs (elements apart, but lda and ldb). */
+typedef struct {
+    const ptrdiff_t *ao, *bo;
+    ptrdiff_t a1, b1;
+    int lda, ldb;
+} gdl__tile_list;
 #if defined(GDL__GEMM_AVX512) && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__) && \
     defined(__linux__)
 #define GDL__GEMM_AMX 1
+#define GDL__GEMM_BF16 1
+#define GDL__TILE_NAME "amx bf16"
 typedef struct {
     unsigned char palette, start_row, reserved[14];
     unsigned short colsb[16];
@@ -1174,13 +1184,15 @@ static int gdl__amx_state;                /* 0 not asked, 1 granted by the kerne
 static GDL__TLS int gdl__amx_configured; /* this thread's tile registers are configured */
 
 /* Ask Linux for the tile data state (once a process; 5.16 and later). */
-static int gdl__amx_init(void) {
+static int gdl__tile_grant(void) {
     if (gdl__amx_state == 0) gdl__amx_state = gdl__os_amx_grant() == 0 ? 1 : -1;
     return gdl__amx_state == 1;
 }
-static void gdl__amx_configure(void) {
+/* this thread's tile registers, before its first tile op */
+static void gdl__tile_ready(void) {
     gdl__amx_config c;
     int i;
+    if (gdl__amx_configured) return;
     memset(&c, 0, sizeof c);
     c.palette = 1;
     for (i = 0; i < 8; i++) {
@@ -1191,8 +1203,137 @@ static void gdl__amx_configure(void) {
     gdl__amx_configured = 1;
 }
 
+/* The 32 x 32 block of sums every tile-unit kernel here keeps: tiles 0-3 its four 16 x 16 quarters
+   (rows of A 0-15 / 16-31 by columns of B 0-15 / 16-31), 4-5 the two A tiles, 6-7 the two B tiles. */
+static inline void gdl__tile_zero4(void) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+}
+/* the block from / to t [32][32] (rows 32 floats apart) */
+static inline void gdl__tile_load4(const float *t) {
+    _tile_loadd(0, t, 128);
+    _tile_loadd(1, t + 16, 128);
+    _tile_loadd(2, t + 512, 128);
+    _tile_loadd(3, t + 528, 128);
+}
+static inline void gdl__tile_store4(float *t) {
+    _tile_stored(0, t, 128);
+    _tile_stored(1, t + 16, 128);
+    _tile_stored(2, t + 512, 128);
+    _tile_stored(3, t + 528, 128);
+}
+/* one K step of 32: the A tiles a0, a1 (lda bytes a row), the B tiles b0, b1 (ldb bytes a row of pairs) */
+static inline void gdl__tile_step(const uint16_t *a0, const uint16_t *a1, int lda, const uint16_t *b0,
+                                  const uint16_t *b1, int ldb) {
+    _tile_loadd(4, a0, lda);
+    _tile_loadd(5, a1, lda);
+    _tile_loadd(6, b0, ldb);
+    _tile_loadd(7, b1, ldb);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+}
+
+/* The 32 x 32 block of sums of ks K steps: a0, a1 two A groups, b a micro-panel -> t [32][32] */
+static void gdl__tile_kernel(int ks, const uint16_t *a0, const uint16_t *a1, const uint16_t *b, float *t) {
+    int s;
+    gdl__tile_zero4();
+    for (s = 0; s < ks; s++)
+        gdl__tile_step(a0 + (size_t)s * 512, a1 + (size_t)s * 512, 64, b + (size_t)s * 1024, b + (size_t)s * 1024 + 512,
+                       64);
+    gdl__tile_store4(t);
+}
+
+/* t [32][32] = the sums of the list's first ns steps from a and b, added to t's (load) or from zero */
+static void gdl__tile_steps(const uint16_t *a, const uint16_t *b, const gdl__tile_list *l, int ns, int load, float *t) {
+    int s;
+    if (load)
+        gdl__tile_load4(t);
+    else
+        gdl__tile_zero4();
+    for (s = 0; s < ns; s++)
+        gdl__tile_step(a + l->ao[s], a + l->ao[s] + l->a1, l->lda, b + l->bo[s], b + l->bo[s] + l->b1, l->ldb);
+    gdl__tile_store4(t);
+}
+
+#elif defined(GDL__GEMM_AVX512) && defined(__AVX512BF16__)
+/* --- the same bf16 products without a tile unit: AVX512-BF16 ------------
+   A CPU with AVX512-BF16 and no AMX (AMD's Zen 4 and Zen 5) runs the same
+   passes, in the same layouts, with vdpbf16ps: a 16-lane dot product of
+   pairs, 32 multiply-adds an instruction, twice the FMA's. The block of
+   sums a tile kernel keeps in tiles 0-3 is here in registers 8 rows (16
+   vectors) at a time, across a list's K steps. An element's sum runs over the K pairs in order, acc + a0 b0 + a1
+   b1 an instruction (its own rounding: bf16 denormals as zero), so the bits
+   are this path's own, not AMX's nor "ieee"'s; as on the tile unit they do
+   not depend on an element's row or column, nor on the thread count. */
+#define GDL__GEMM_BF16 1
+#define GDL__TILE_NAME "avx512 bf16 dot"
+static int gdl__tile_grant(void) { return 1; }
+static void gdl__tile_ready(void) {}
+static inline __m512bh gdl__bf16_pair(const uint16_t *p) { /* the pair at p, in every lane */
+    int32_t v;
+    memcpy(&v, p, 4);
+    return (__m512bh)_mm512_set1_epi32(v);
+}
+/* rows r0 .. r0+7 of the block in c (two vectors a row: columns 0-15, 16-31) += ns K steps of 32: row r
+   of step s at a + s as + r lda (elements), its pair p at 2p; B's pair-row p of step s at b0 + s bs +
+   p ldb (columns 0-15), b1 the same (16-31) */
+static inline void gdl__tile_rows8(__m512 *c, int ns, const uint16_t *a, size_t as, int lda, const uint16_t *b0,
+                                   const uint16_t *b1, size_t bs, int ldb) {
+    int s, p, i;
+    for (s = 0; s < ns; s++)
+        for (p = 0; p < 16; p++) {
+            const __m512bh bl = (__m512bh)_mm512_loadu_si512((const void *)(b0 + s * bs + (size_t)p * ldb));
+            const __m512bh bh = (__m512bh)_mm512_loadu_si512((const void *)(b1 + s * bs + (size_t)p * ldb));
+            for (i = 0; i < 8; i++) {
+                const __m512bh ap = gdl__bf16_pair(a + s * as + (size_t)i * lda + 2 * p);
+                c[2 * i] = _mm512_dpbf16_ps(c[2 * i], ap, bl);
+                c[2 * i + 1] = _mm512_dpbf16_ps(c[2 * i + 1], ap, bh);
+            }
+        }
+}
+/* t [32][32] = the sums of the list's first ns steps from a and b, added to t's (load) or from zero: 8
+   rows at a time, their sums in registers across the steps */
+static void gdl__tile_steps(const uint16_t *a, const uint16_t *b, const gdl__tile_list *l, int ns, int load, float *t) {
+    int r0, i, s;
+    for (r0 = 0; r0 < 32; r0 += 8) {
+        const uint16_t *ar = a + (r0 < 16 ? 0 : l->a1) + (ptrdiff_t)(r0 % 16) * (l->lda / 2);
+        float *tr = t + r0 * 32;
+        __m512 c[16];
+        for (i = 0; i < 8; i++) {
+            c[2 * i] = load ? _mm512_loadu_ps(tr + i * 32) : _mm512_setzero_ps();
+            c[2 * i + 1] = load ? _mm512_loadu_ps(tr + i * 32 + 16) : _mm512_setzero_ps();
+        }
+        for (s = 0; s < ns; s++)
+            gdl__tile_rows8(c, 1, ar + l->ao[s], 0, l->lda / 2, b + l->bo[s], b + l->bo[s] + l->b1, 0, l->ldb / 2);
+        for (i = 0; i < 8; i++) {
+            _mm512_storeu_ps(tr + i * 32, c[2 * i]);
+            _mm512_storeu_ps(tr + i * 32 + 16, c[2 * i + 1]);
+        }
+    }
+}
+/* The 32 x 32 block of sums of ks K steps (the GEMM's layouts: A [ks][16][32], B [ks][2][16][32]) -> t,
+   the sums kept in registers across the steps */
+static void gdl__tile_kernel(int ks, const uint16_t *a0, const uint16_t *a1, const uint16_t *b, float *t) {
+    int r0, i;
+    for (r0 = 0; r0 < 32; r0 += 8) {
+        __m512 c[16];
+        for (i = 0; i < 16; i++) c[i] = _mm512_setzero_ps();
+        gdl__tile_rows8(c, ks, (r0 < 16 ? a0 : a1) + (size_t)(r0 % 16) * 32, 512, 32, b, b + 512, 1024, 32);
+        for (i = 0; i < 8; i++) {
+            _mm512_store_ps(t + (r0 + i) * 32, c[2 * i]);
+            _mm512_store_ps(t + (r0 + i) * 32 + 16, c[2 * i + 1]);
+        }
+    }
+}
+#endif
+
+#ifdef GDL__GEMM_BF16
 /* f32 panel [kc][NR] (NR = 32) -> VNNI bf16 [ks][2][16][32], zero past kc */
-static void gdl__amx_cvt_b(const float *src, int kc, int ks, uint16_t *dst) {
+static void gdl__tile_cvt_b(const float *src, int kc, int ks, uint16_t *dst) {
     int s, kp, h;
     for (s = 0; s < ks; s++)
         for (kp = 0; kp < 16; kp++) {
@@ -1210,7 +1351,7 @@ static void gdl__amx_cvt_b(const float *src, int kc, int ks, uint16_t *dst) {
 
 /* two f32 A micro-panels [kc][MR = 8] (rows 0-7, 8-15; the second absent
    past mrows) -> [ks][16][32] bf16, zero past kc and mrows */
-static void gdl__amx_cvt_a(const float *p0, int mrows, int kc, int ks, uint16_t *dst) {
+static void gdl__tile_cvt_a(const float *p0, int mrows, int kc, int ks, uint16_t *dst) {
     const __m512i idx = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
     int s, r, h;
     for (s = 0; s < ks; s++)
@@ -1227,62 +1368,18 @@ static void gdl__amx_cvt_a(const float *p0, int mrows, int kc, int ks, uint16_t 
                                     (__m256i)_mm512_cvtneps_pbh(v));
             }
 }
-
-/* The 32 x 32 block of sums every tile-unit kernel here keeps: tiles 0-3 its four 16 x 16 quarters
-   (rows of A 0-15 / 16-31 by columns of B 0-15 / 16-31), 4-5 the two A tiles, 6-7 the two B tiles. */
-static inline void gdl__amx_zero4(void) {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-}
-/* the block from / to t [32][32] (rows 32 floats apart) */
-static inline void gdl__amx_load4(const float *t) {
-    _tile_loadd(0, t, 128);
-    _tile_loadd(1, t + 16, 128);
-    _tile_loadd(2, t + 512, 128);
-    _tile_loadd(3, t + 528, 128);
-}
-static inline void gdl__amx_store4(float *t) {
-    _tile_stored(0, t, 128);
-    _tile_stored(1, t + 16, 128);
-    _tile_stored(2, t + 512, 128);
-    _tile_stored(3, t + 528, 128);
-}
-/* one K step of 32: the A tiles a0, a1 (lda bytes a row), the B tiles b0, b1 (ldb bytes a row of pairs) */
-static inline void gdl__amx_step(const uint16_t *a0, const uint16_t *a1, int lda, const uint16_t *b0,
-                                 const uint16_t *b1, int ldb) {
-    _tile_loadd(4, a0, lda);
-    _tile_loadd(5, a1, lda);
-    _tile_loadd(6, b0, ldb);
-    _tile_loadd(7, b1, ldb);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-}
-
-/* The 32 x 32 block of sums of ks K steps: a0, a1 two A groups, b a micro-panel -> t [32][32] */
-static void gdl__amx_kernel(int ks, const uint16_t *a0, const uint16_t *a1, const uint16_t *b, float *t) {
-    int s;
-    gdl__amx_zero4();
-    for (s = 0; s < ks; s++)
-        gdl__amx_step(a0 + (size_t)s * 512, a1 + (size_t)s * 512, 64, b + (size_t)s * 1024, b + (size_t)s * 1024 + 512,
-                      64);
-    gdl__amx_store4(t);
-}
 #endif
 
-#ifdef GDL__GEMM_AMX
+#ifdef GDL__GEMM_BF16
 /* gdl__gemm_blocked's loops on the tile unit (see above), abuf and bbuf
    holding the bf16 panels after the f32 ones (gdl__gemm_plan's sizes). */
-static void gdl__gemm_blocked_amx(const gdl__gemm_args *g, int m0, int m1, int n0, int n1, int mc_blk, int kc_blk,
+static void gdl__gemm_blocked_tile(const gdl__gemm_args *g, int m0, int m1, int n0, int n1, int mc_blk, int kc_blk,
                                  int nc_blk, gdl_real *GDL__RESTRICT abuf, gdl_real *GDL__RESTRICT bbuf) {
     uint16_t *abf = (uint16_t *)(void *)(abuf + gdl__gemm_f32_size(mc_blk, kc_blk));
     uint16_t *bbf = (uint16_t *)(void *)(bbuf + gdl__gemm_f32_size(kc_blk, nc_blk));
     GDL__ALIGNAS(64) float t[32 * 32];
     int jc, pc, ic, ir, jr, seg, i;
-    if (!gdl__amx_configured) gdl__amx_configure();
+    gdl__tile_ready();
     for (jc = n0; jc < n1; jc += nc_blk) {
         const int nc = n1 - jc < nc_blk ? n1 - jc : nc_blk;
         for (seg = 0; seg < g->nseg; seg++)
@@ -1291,19 +1388,19 @@ static void gdl__gemm_blocked_amx(const gdl__gemm_args *g, int m0, int m1, int n
             const gdl_real beta = seg == 0 && pc == 0 ? g->beta : (gdl_real)1;
             const int last = seg == g->nseg - 1 && pc + kc == g->K;
             gdl__gemm_pack_b_block(g, seg, pc, kc, jc, nc, bbuf);
-            for (jr = 0; jr < nc; jr += 32) gdl__amx_cvt_b(bbuf + (size_t)jr * kc, kc, ks, bbf + (size_t)jr / 32 * ks * 1024);
+            for (jr = 0; jr < nc; jr += 32) gdl__tile_cvt_b(bbuf + (size_t)jr * kc, kc, ks, bbf + (size_t)jr / 32 * ks * 1024);
             for (ic = m0; ic < m1; ic += mc_blk) {
                 const int mc = m1 - ic < mc_blk ? m1 - ic : mc_blk;
                 gdl__gemm_pack_a_block(g, seg, ic, mc, pc, kc, abuf);
                 for (ir = 0; ir < mc; ir += 16)
-                    gdl__amx_cvt_a(abuf + (size_t)ir * kc, mc - ir < 16 ? mc - ir : 16, kc, ks,
+                    gdl__tile_cvt_a(abuf + (size_t)ir * kc, mc - ir < 16 ? mc - ir : 16, kc, ks,
                                    abf + (size_t)ir / 16 * ks * 512);
                 for (jr = 0; jr < nc; jr += 32) {
                     const int n = nc - jr < 32 ? nc - jr : 32;
                     for (ir = 0; ir < mc; ir += 32) {
                         const int m = mc - ir < 32 ? mc - ir : 32;
                         const uint16_t *a0 = abf + (size_t)ir / 16 * ks * 512;
-                        gdl__amx_kernel(ks, a0, m > 16 ? a0 + (size_t)ks * 512 : a0, bbf + (size_t)jr / 32 * ks * 1024, t);
+                        gdl__tile_kernel(ks, a0, m > 16 ? a0 + (size_t)ks * 512 : a0, bbf + (size_t)jr / 32 * ks * 1024, t);
                         if (g->alpha != 1)
                             for (i = 0; i < 32 * 32; i++) t[i] *= g->alpha;
                         gdl__gemm_put(g, t, beta, ic + ir, m, jc + jr, n);
@@ -1322,9 +1419,9 @@ static void gdl__gemm_blocked_amx(const gdl__gemm_args *g, int m0, int m1, int n
 static void gdl__gemm_blocked(const gdl__gemm_args *g, int m0, int m1, int n0, int n1, int mc_blk, int kc_blk,
                               int nc_blk, gdl_real *GDL__RESTRICT abuf, gdl_real *GDL__RESTRICT bbuf) {
     int jc, pc, ic, ir, jr, seg;
-#ifdef GDL__GEMM_AMX
+#ifdef GDL__GEMM_BF16
     if (g->bf16 && !g->conv) {
-        gdl__gemm_blocked_amx(g, m0, m1, n0, n1, mc_blk, kc_blk, nc_blk, abuf, bbuf);
+        gdl__gemm_blocked_tile(g, m0, m1, n0, n1, mc_blk, kc_blk, nc_blk, abuf, bbuf);
         return;
     }
 #endif
@@ -1629,7 +1726,7 @@ static void gdl__gemm_plan(const gdl__gemm_args *g, gdl__gemm_job *j) {
     /* an A block and a B panel, each rounded up to 64 bytes */
     j->asz = gdl__gemm_f32_size(j->mc_blk, j->kc_blk);
     j->bsz = gdl__gemm_f32_size(j->kc_blk, j->nc_blk);
-#ifdef GDL__GEMM_AMX
+#ifdef GDL__GEMM_BF16
     if (g->bf16 && !g->conv) { /* and their bf16 copies (in floats: two bf16 each) */
         const size_t ks = (size_t)(j->kc_blk + 31) / 32;
         j->asz += (((size_t)j->mc_blk + 15) / 16 * ks * 512 / 2 + 15) & ~(size_t)15;
@@ -1797,16 +1894,16 @@ GPUDL_API int gdl_cpu_set_fp32_precision(const char *precision) {
         return 0;
     }
     if (precision && strcmp(precision, "bf16") == 0) {
-#ifdef GDL__GEMM_AMX
-        if (gdl__amx_init()) {
+#ifdef GDL__GEMM_BF16
+        if (gdl__tile_grant()) {
             gdl__cpu_bf16_gemm = 1;
             return 0;
         }
         gdl__set_error("gdl_cpu_set_fp32_precision(\"bf16\"): the kernel refused the tile registers (AMX needs Linux "
                        "5.16 or later); the precision stays \"%s\"", gdl_cpu_get_fp32_precision());
 #else
-        gdl__set_error("gdl_cpu_set_fp32_precision(\"bf16\"): this build has no bf16 GEMM (it needs AMX: a CPU that "
-                       "has it and -march=native, on Linux); the precision stays \"%s\"", gdl_cpu_get_fp32_precision());
+        gdl__set_error("gdl_cpu_set_fp32_precision(\"bf16\"): this build has no bf16 GEMM (it needs AMX on Linux "
+                       "or AVX512-BF16: a CPU that has one and -march=native); the precision stays \"%s\"", gdl_cpu_get_fp32_precision());
 #endif
         return -1;
     }

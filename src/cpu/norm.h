@@ -145,11 +145,10 @@ static void gdl__bn_affine_rows(const gdl_real *x, gdl_real *y, int64_t n, doubl
 #ifdef GDL__BNV_W
 enum { GDL__BNV_COLS = 8 / GDL__BNV_W }; /* the vectors of a block of 8 channels */
 #endif
-/* out[k] = the sum over the N rows (C apart) of x[k] (mu NULL) or of (x[k] - mu[k])^2, k < w */
+/* out[k] = the sum over the N rows (C apart) of x[k] (mu NULL) or of (x[k] - mu[k])^2, k < w <= 8 */
 static void gdl__bn_col_sums(const gdl_real *x, int64_t N, int64_t C, int w, const double *mu, double *out) {
     int64_t n;
     int k;
-    for (k = 0; k < w; k++) out[k] = 0;
 #ifdef GDL__BNV_W
     if (w == 8) {
         gdl__bnv acc[GDL__BNV_COLS], m[GDL__BNV_COLS];
@@ -167,6 +166,8 @@ static void gdl__bn_col_sums(const gdl_real *x, int64_t N, int64_t C, int w, con
         return;
     }
 #endif
+    if (w > 8) w = 8; /* (said above; gcc's -O3 on some targets cannot see it and warns of out's bounds) */
+    for (k = 0; k < w; k++) out[k] = 0;
     for (n = 0; n < N; n++)
         for (k = 0; k < w; k++) {
             const double d = mu ? x[n * C + k] - mu[k] : x[n * C + k];

@@ -15,9 +15,10 @@
    per thread count and kept.
    With CBLAS the portable loop stands for OpenBLAS's own kernels. The bf16
    and f16 GEMMs run on the CPU through f32 copies: their peak is f32's.
-   Under the bf16 precision (gdl_cpu_set_fp32_precision) on AMX the line's
-   peak is the tile unit's, measured the same way (chains of bf16 tile
-   products into 4 accumulator tiles), with the fraction of the FMA peak
+   Under the bf16 precision (gdl_cpu_set_fp32_precision) the line's peak is
+   that of the bf16 products, measured the same way (on AMX chains of tile
+   products into 4 accumulator tiles; with AVX512-BF16 alone 12 chains of
+   vdpbf16ps, 32 multiply-adds each), with the fraction of the FMA peak
    after it.
    ------------------------------------------------------------------------- */
 #if defined(GDL__GEMM_AVX512)
@@ -48,7 +49,7 @@
 #define GDL__PEAK_SECONDS 0.08
 
 typedef struct gdl__peak_job {
-    int amx;                        /* the tile unit's bf16 products, not FMAs */
+    int bf16;                       /* the bf16 products (tile unit or vdpbf16ps), not FMAs */
     double t_end;                   /* the tasks stop at this gdl__prof_clock */
     double rate[GDL__POOL_MAX];     /* each task's fastest stretch, FLOP/s */
     volatile float sink[GDL__POOL_MAX]; /* each task's chains' sum goes here, so its loop stays */
@@ -57,14 +58,14 @@ typedef struct gdl__peak_job {
 /* task t: FMAs on GDL__PEAK_CHAINS independent accumulators in stretches of 64 x 256 steps, each timed,
    until t_end; its fastest stretch's FLOP/s. a = a*m + c with m = 1 - c stays at 1: no overflow, no
    denormals. */
-#ifdef GDL__GEMM_AMX
+#if defined(GDL__GEMM_AMX)
 /* The tile unit's rate on this thread: 4 accumulator tiles, each 16 x 16 sums of 32 products a step */
-static double gdl__peak_amx(double t_end) {
+static double gdl__peak_bf16(double t_end, volatile float *sink) {
     static const uint16_t zeros[16 * 32] = {0}; /* the rate does not depend on the values */
     const double stretch = 1024.0 * 4 * 16 * 16 * 32 * 2;
     double best = 0, t0 = gdl__prof_clock(), t1;
     int i;
-    if (!gdl__amx_configured) gdl__amx_configure();
+    gdl__tile_ready();
     _tile_loadd(4, zeros, 64);
     _tile_loadd(5, zeros, 64);
     _tile_loadd(6, zeros, 64);
@@ -81,6 +82,33 @@ static double gdl__peak_amx(double t_end) {
         if (t1 > t0 && stretch / (t1 - t0) > best) best = stretch / (t1 - t0);
         t0 = t1;
     } while (t1 < t_end);
+    (void)sink; /* the tiles' loop has no sums in registers for the compiler to drop */
+    return best;
+}
+#elif defined(GDL__GEMM_BF16)
+/* vdpbf16ps's rate on this thread: 12 chains of 16 lanes, 32 products (64 FLOPs) an instruction; the
+   pairs are (1, 0) and (0, 0): the sums stay 0; their total goes to *sink, so the loop stays */
+static double gdl__peak_bf16(double t_end, volatile float *sink) {
+    const double stretch = 64 * 256.0 * GDL__PEAK_CHAINS * 16 * 2 * 2;
+    const __m512bh m = (__m512bh)_mm512_set1_epi32(0x3f80), z = (__m512bh)_mm512_setzero_si512();
+    __m512 a[GDL__PEAK_CHAINS];
+    double best = 0, t0 = gdl__prof_clock(), t1;
+    float s = 0;
+    int i, k;
+    for (k = 0; k < GDL__PEAK_CHAINS; k++) a[k] = _mm512_setzero_ps();
+    do {
+        for (i = 0; i < 64 * 256; i++) { /* written out, as the FMAs' below: a loop may keep a[] in memory */
+            a[0] = _mm512_dpbf16_ps(a[0], m, z); a[1] = _mm512_dpbf16_ps(a[1], m, z); a[2] = _mm512_dpbf16_ps(a[2], m, z);
+            a[3] = _mm512_dpbf16_ps(a[3], m, z); a[4] = _mm512_dpbf16_ps(a[4], m, z); a[5] = _mm512_dpbf16_ps(a[5], m, z);
+            a[6] = _mm512_dpbf16_ps(a[6], m, z); a[7] = _mm512_dpbf16_ps(a[7], m, z); a[8] = _mm512_dpbf16_ps(a[8], m, z);
+            a[9] = _mm512_dpbf16_ps(a[9], m, z); a[10] = _mm512_dpbf16_ps(a[10], m, z); a[11] = _mm512_dpbf16_ps(a[11], m, z);
+        }
+        t1 = gdl__prof_clock();
+        if (t1 > t0 && stretch / (t1 - t0) > best) best = stretch / (t1 - t0);
+        t0 = t1;
+    } while (t1 < t_end);
+    for (k = 0; k < GDL__PEAK_CHAINS; k++) s += _mm512_reduce_add_ps(a[k]);
+    *sink = s;
     return best;
 }
 #endif
@@ -89,10 +117,10 @@ static void gdl__peak_task(void *ctx, int t, int nt) {
     gdl__peak_job *j = (gdl__peak_job *)ctx;
     double best = 0, t0 = gdl__prof_clock(), t1;
     int i, k;
-#ifdef GDL__GEMM_AMX
-    if (j->amx) {
+#ifdef GDL__GEMM_BF16
+    if (j->bf16) {
         (void)nt;
-        j->rate[t] = gdl__peak_amx(j->t_end);
+        j->rate[t] = gdl__peak_bf16(j->t_end, &j->sink[t]);
         return;
     }
 #endif
@@ -140,15 +168,15 @@ static gdl__mutex gdl__peak_mu = GDL__MUTEX_INIT; /* one measurement at a time; 
 #define GDL__PEAK_LOCK() ((void)0)
 #define GDL__PEAK_UNLOCK() ((void)0)
 #endif
-static double gdl__peak_cache[2][GDL__POOL_MAX + 1]; /* GFLOP/s by thread count, [amx]; 0: not measured */
+static double gdl__peak_cache[2][GDL__POOL_MAX + 1]; /* GFLOP/s by thread count, [bf16]; 0: not measured */
 
 /* the measurement on `threads` of the pool (the caller holds the pool) */
-static double gdl__peak_measure(int threads, int amx) {
+static double gdl__peak_measure(int threads, int bf16) {
     gdl__peak_job *j = (gdl__peak_job *)calloc(1, sizeof *j);
     double sum = 0;
     int t;
     if (!j) return -1;
-    j->amx = amx;
+    j->bf16 = bf16;
     j->t_end = gdl__prof_clock() + GDL__PEAK_SECONDS;
     gdl__pool_run(threads, gdl__peak_task, j);
     for (t = 0; t < threads; t++) sum += j->rate[t];
@@ -156,8 +184,8 @@ static double gdl__peak_measure(int threads, int amx) {
     return sum > 0 ? sum * 1e-9 : -1;
 }
 
-/* The measured peak: the FMAs' (amx 0) or the tile unit's bf16 products' (1). */
-static double gdl__cpu_peak(const char *op, int threads, int amx) {
+/* The measured peak: the FMAs' (bf16 0) or the bf16 products' (1). */
+static double gdl__cpu_peak(const char *op, int threads, int bf16) {
     double p;
     int tries;
     if (threads == 0) threads = gdl_get_num_threads();
@@ -167,10 +195,10 @@ static double gdl__cpu_peak(const char *op, int threads, int amx) {
         return -1;
     }
     GDL__PEAK_LOCK();
-    p = gdl__peak_cache[amx][threads];
+    p = gdl__peak_cache[bf16][threads];
     for (tries = 0; p <= 0 && tries < 2000; tries++) { /* the pool may be busy with another thread's op: wait */
         if (gdl__pool_acquire()) {
-            p = gdl__peak_cache[amx][threads] = gdl__peak_measure(threads, amx);
+            p = gdl__peak_cache[bf16][threads] = gdl__peak_measure(threads, bf16);
             gdl__pool_release();
             if (p <= 0) break;
         } else {
@@ -194,11 +222,11 @@ GPUDL_API const char *gdl_flops_line(double flops_per_step, double seconds_per_s
         int threads = gdl_get_num_threads();
         peak = gdl_cpu_peak_gflops(threads);
         snprintf(how, sizeof how, "%d thread%s, %s", threads, threads == 1 ? "" : "s", GDL__PEAK_ISA);
-#ifdef GDL__GEMM_AMX
-        if (gdl__cpu_bf16_gemm && dt == GDL_F32 && peak > 0) { /* the tile unit's peak, then the FMAs' share */
+#ifdef GDL__GEMM_BF16
+        if (gdl__cpu_bf16_gemm && dt == GDL_F32 && peak > 0) { /* the bf16 products' peak, then the FMAs' share */
             const double fma = peak;
             peak = gdl__cpu_peak("gdl_flops_line", threads, 1);
-            snprintf(how, sizeof how, "%d thread%s, amx bf16; %.1f %% of the avx512 fma peak %.1f", threads,
+            snprintf(how, sizeof how, "%d thread%s, " GDL__TILE_NAME "; %.1f %% of the avx512 fma peak %.1f", threads,
                      threads == 1 ? "" : "s", 100 * rate / fma, fma);
         }
 #endif
