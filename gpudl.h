@@ -256,8 +256,9 @@
    On the CPU, a lighter way with f32 tensors throughout:
    gdl_cpu_set_fp32_precision("bf16") (PyTorch's torch.backends.mkldnn
    fp32_precision) lets the GEMMs and the stride-1 convolutions round their
-   operands to bf16 and sum in f32 on AMX's tile unit, where the CPU has one
-   (it returns -1 elsewhere); examples/speedrun.c --fp32-precision bf16.
+   operands to bf16 and sum in f32 on AMX's tile unit, or with AVX512-BF16's
+   dot products, where the CPU has one (it returns -1 elsewhere);
+   examples/speedrun.c --fp32-precision bf16.
 
    Master weights
    --------------
@@ -849,17 +850,22 @@ GPUDL_API int gdl_get_num_threads(void);
    (PyTorch's torch.backends.mkldnn fp32_precision). "ieee", the default:
    f32 products and sums, bitwise the same on every CPU path and thread
    count. "bf16" allows the tile unit of AMX (Sapphire Rapids and later,
-   built with -march=native, Linux 5.16 and later) where it has a path:
+   built with -march=native, Linux 5.16 and later), or without AMX the
+   dot products of AVX512-BF16 (Zen 4 and later, -march=native), where it
+   has a path:
    every GEMM (linear, matmul, attention, the RNNs, 1x1 convolutions, the
    input gradients of the others) and the stride-1 one-group convolutions
-   with at least 8 input and 16 output channels (their three passes); the
-   other convolutions' forward and weight gradient stay f32. Operands are
+   with at least 8 input and 16 output channels (their three passes; with
+   AVX512-BF16 only those whose padding to blocks of 32 channels and
+   positions leaves half the products or more: not 3x3 maps); the other
+   convolutions' forward and weight gradient stay f32. Operands are
    rounded to bf16 (nearest even; subnormals to zero), the products summed
-   in f32: up to ~20x the FMA rate a core. Results keep their f32 dtype but
-   not "ieee"'s bits, nor another CPU's; on one machine they are the same
-   for any thread count. Returns 0 when set; -1 (gdl_last_error) for another
-   string, or for "bf16" where the build or the CPU has no AMX: the
-   precision then stays as it was. Set it between steps. */
+   in f32: up to ~20x the FMA rate a core on AMX, 2x with AVX512-BF16.
+   Results keep their f32 dtype but not "ieee"'s bits, nor another CPU's;
+   on one machine they are the same for any thread count. Returns 0 when
+   set; -1 (gdl_last_error) for another string, or for "bf16" where the
+   build or the CPU has neither: the precision then stays as it was. Set
+   it between steps. */
 GPUDL_API int gdl_cpu_set_fp32_precision(const char *precision);
 GPUDL_API const char *gdl_cpu_get_fp32_precision(void);
 
@@ -7575,6 +7581,8 @@ static int gdl__cpu_cast(void *dst, gdl_dtype dt, const void *src, gdl_dtype st,
      AMX bf16  32x32: 4 accumulator tiles, 2 A and 2 B tile loads per 32
                k; only under gdl_cpu_set_fp32_precision("bf16") (see "bf16
                products on AMX" below), on the AVX-512 kernel's blocks.
+               Without AMX, with AVX512-BF16, the same layouts by
+               vdpbf16ps: 8 rows x 32 columns in 16 zmm a pass.
      AVX2+FMA  6x16: 12 ymm accumulators, 2 loads + 6 broadcasts per k.
                MC=72 KC=256 NC=3072 (16 KB of B in L1, 72 KB of A).
      NEON      8x12 (AArch64 Advanced SIMD): 24 q-register accumulators,
@@ -8705,7 +8713,7 @@ static size_t gdl__gemm_f32_size(int r, int c) { return ((size_t)r * c + 15) & ~
    later K blocks and segments adding). The tile unit's sums are not those of
    an f32 FMA chain (its order and rounding inside a step are its own), so
    "bf16" gives other bits than "ieee", and than a CPU without AMX (which
-   runs "ieee"); on one machine they do not depend on the thread count: an
+   runs vdpbf16ps, below, or "ieee"); on one machine they do not depend on the thread count: an
    element's K steps and blocks are the same whichever cell has it, and the
    tile unit's result for an element does not depend on its row or column
    in the tile (tests/test_fp32_precision.c). */

@@ -40,12 +40,13 @@
    OpenBLAS single-threaded" is met.
 
    bf16 columns: where gdl_cpu_set_fp32_precision("bf16") is granted (a CPU
-   with AMX, a -march=native build, Linux 5.16 or later), the same calls
-   with the operands rounded to bf16 on the tile unit, timed interleaved
+   with AMX, on Linux 5.16 or later, or with AVX512-BF16; a -march=native
+   build), the same calls with the operands rounded to bf16 (on the tile
+   unit, or by vdpbf16ps), timed interleaved
    with the "ieee" ones (1 thread, then all): GFLOP/s, "x ieee" (the ieee
    time over the bf16 time: the speedup), and their "err" against the same
    reference (~1e-3: bf16 keeps 8 significant bits). Elsewhere the first
-   lines say "no AMX" and the columns are left out. */
+   lines say "refused" and the columns are left out. */
 #if defined(__linux__) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 199309L /* clock_gettime under -std=c99 */
 #endif
@@ -54,6 +55,9 @@
 #endif
 #include "../gpudl.h"
 #include "bench_cpu.h"
+#ifndef GDL__TILE_NAME
+#define GDL__TILE_NAME "none" /* (no bf16 path in this build: never printed) */
+#endif
 
 #include <math.h>
 #include <stdio.h>
@@ -371,10 +375,10 @@ int main(int argc, char **argv) {
     bench_threads = nthreads;
     have_bf16 = gdl_cpu_set_fp32_precision("bf16") == 0;
     if (have_bf16)
-        printf("fp32 precision \"bf16\" (AMX): granted; its columns: GFLOP/s, x ieee = ieee time / bf16 time "
+        printf("fp32 precision \"bf16\" (" GDL__TILE_NAME "): granted; its columns: GFLOP/s, x ieee = ieee time / bf16 time "
                "(interleaved with the ieee calls), err\n");
     else
-        printf("fp32 precision \"bf16\": no AMX (%s); no bf16 columns\n", gdl_last_error());
+        printf("fp32 precision \"bf16\": refused (%s); no bf16 columns\n", gdl_last_error());
     gdl_cpu_set_fp32_precision("ieee");
     printf("\n");
 #ifdef GPUDL_BENCH_OPENBLAS

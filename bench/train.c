@@ -42,8 +42,8 @@
           others' time and largest rows, the utilisation the net would reach if the first group
           ran at the peak and the others as they are, and the time the step arena's traffic
           (written once, read twice) takes at the bandwidth gdl_add streams
-          BENCH_FP32_PRECISION=bf16: the CPU's GEMMs and convolutions on AMX's tile unit
-          (gdl_cpu_set_fp32_precision; the utilisation then against the tile unit's peak)
+          BENCH_FP32_PRECISION=bf16: the CPU's GEMMs and convolutions on AMX's tile unit (or AVX512-BF16)
+          (gdl_cpu_set_fp32_precision; the utilisation then against the bf16 products' peak)
           BENCH_CLOCK=cpu: the process's CPU time (clock()) instead of the wall clock, for
           before/after on a machine other processes keep busy; with GPUDL_NUM_THREADS=1 it is
           the step's work (with more threads it adds the threads' CPU time up, waits included)

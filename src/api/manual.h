@@ -256,8 +256,9 @@
    On the CPU, a lighter way with f32 tensors throughout:
    gdl_cpu_set_fp32_precision("bf16") (PyTorch's torch.backends.mkldnn
    fp32_precision) lets the GEMMs and the stride-1 convolutions round their
-   operands to bf16 and sum in f32 on AMX's tile unit, where the CPU has one
-   (it returns -1 elsewhere); examples/speedrun.c --fp32-precision bf16.
+   operands to bf16 and sum in f32 on AMX's tile unit, or with AVX512-BF16's
+   dot products, where the CPU has one (it returns -1 elsewhere);
+   examples/speedrun.c --fp32-precision bf16.
 
    Master weights
    --------------

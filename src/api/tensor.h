@@ -101,17 +101,22 @@ GPUDL_API int gdl_get_num_threads(void);
    (PyTorch's torch.backends.mkldnn fp32_precision). "ieee", the default:
    f32 products and sums, bitwise the same on every CPU path and thread
    count. "bf16" allows the tile unit of AMX (Sapphire Rapids and later,
-   built with -march=native, Linux 5.16 and later) where it has a path:
+   built with -march=native, Linux 5.16 and later), or without AMX the
+   dot products of AVX512-BF16 (Zen 4 and later, -march=native), where it
+   has a path:
    every GEMM (linear, matmul, attention, the RNNs, 1x1 convolutions, the
    input gradients of the others) and the stride-1 one-group convolutions
-   with at least 8 input and 16 output channels (their three passes); the
-   other convolutions' forward and weight gradient stay f32. Operands are
+   with at least 8 input and 16 output channels (their three passes; with
+   AVX512-BF16 only those whose padding to blocks of 32 channels and
+   positions leaves half the products or more: not 3x3 maps); the other
+   convolutions' forward and weight gradient stay f32. Operands are
    rounded to bf16 (nearest even; subnormals to zero), the products summed
-   in f32: up to ~20x the FMA rate a core. Results keep their f32 dtype but
-   not "ieee"'s bits, nor another CPU's; on one machine they are the same
-   for any thread count. Returns 0 when set; -1 (gdl_last_error) for another
-   string, or for "bf16" where the build or the CPU has no AMX: the
-   precision then stays as it was. Set it between steps. */
+   in f32: up to ~20x the FMA rate a core on AMX, 2x with AVX512-BF16.
+   Results keep their f32 dtype but not "ieee"'s bits, nor another CPU's;
+   on one machine they are the same for any thread count. Returns 0 when
+   set; -1 (gdl_last_error) for another string, or for "bf16" where the
+   build or the CPU has neither: the precision then stays as it was. Set
+   it between steps. */
 GPUDL_API int gdl_cpu_set_fp32_precision(const char *precision);
 GPUDL_API const char *gdl_cpu_get_fp32_precision(void);
 

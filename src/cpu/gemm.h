@@ -28,6 +28,8 @@
      AMX bf16  32x32: 4 accumulator tiles, 2 A and 2 B tile loads per 32
                k; only under gdl_cpu_set_fp32_precision("bf16") (see "bf16
                products on AMX" below), on the AVX-512 kernel's blocks.
+               Without AMX, with AVX512-BF16, the same layouts by
+               vdpbf16ps: 8 rows x 32 columns in 16 zmm a pass.
      AVX2+FMA  6x16: 12 ymm accumulators, 2 loads + 6 broadcasts per k.
                MC=72 KC=256 NC=3072 (16 KB of B in L1, 72 KB of A).
      NEON      8x12 (AArch64 Advanced SIMD): 24 q-register accumulators,
@@ -1158,7 +1160,7 @@ static size_t gdl__gemm_f32_size(int r, int c) { return ((size_t)r * c + 15) & ~
    later K blocks and segments adding). The tile unit's sums are not those of
    an f32 FMA chain (its order and rounding inside a step are its own), so
    "bf16" gives other bits than "ieee", and than a CPU without AMX (which
-   runs "ieee"); on one machine they do not depend on the thread count: an
+   runs vdpbf16ps, below, or "ieee"); on one machine they do not depend on the thread count: an
    element's K steps and blocks are the same whichever cell has it, and the
    tile unit's result for an element does not depend on its row or column
    in the tile (tests/test_fp32_precision.c). */
