@@ -12852,6 +12852,41 @@ typedef uint32_t gdl__rbits;
         bi ^= (bi ^ (uint32_t)(j)) & (uint32_t)m_;                                               \
     } while (0)
 
+#if defined(GDL__GEMM_AVX512)
+/* v replaces best (and jv the indices bi) in the lanes where v is larger, or the first NaN: GDL__MAXSEL's
+   rule by compare masks */
+static inline void gdl__maxsel16(__m512 v, __m512i jv, __m512 *best, __m512i *bi) {
+    const __mmask16 t = (__mmask16)(_mm512_cmp_ps_mask(v, *best, _CMP_GT_OQ) |
+                                    (_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) & _mm512_cmp_ps_mask(*best, *best, _CMP_ORD_Q)));
+    *best = _mm512_mask_mov_ps(*best, t, v);
+    *bi = _mm512_mask_mov_epi32(*bi, t, jv);
+}
+/* One output row of a 2x2, stride-2 max pool (the common case): r0 is the top input row, at plane index
+   base. 16 outputs at a time (the last ones masked): each input row's 32 values split into the even and
+   odd columns by permutes, then the four selects in GDL__MAXSEL's order: the same bits and indices as
+   the loop below, which compilers leave scalar when a row has fewer than 16 outputs (14, 7, 3). */
+static void gdl__maxpool2x2_row(const gdl_real *r0, int W, int32_t base, int OW, gdl_real *y, int32_t *idx) {
+    const gdl_real *r1 = r0 + W;
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    int ow;
+    for (ow = 0; ow < OW; ow += 16) {
+        const int n = OW - ow < 16 ? OW - ow : 16, ni = 2 * n; /* outputs; their inputs in each row */
+        const __mmask16 m = (__mmask16)((1u << n) - 1), lo = (__mmask16)(ni >= 16 ? 0xffffu : (1u << ni) - 1);
+        const __mmask16 hi = (__mmask16)(ni > 16 ? (1u << (ni - 16)) - 1 : 0);
+        const __m512 a0 = _mm512_maskz_loadu_ps(lo, r0 + 2 * ow), a1 = _mm512_maskz_loadu_ps(hi, r0 + 2 * ow + 16);
+        const __m512 c0 = _mm512_maskz_loadu_ps(lo, r1 + 2 * ow), c1 = _mm512_maskz_loadu_ps(hi, r1 + 2 * ow + 16);
+        const __m512i j = _mm512_add_epi32(_mm512_set1_epi32(base + 2 * ow), even);
+        __m512 best = _mm512_permutex2var_ps(a0, even, a1);
+        __m512i bi = j;
+        gdl__maxsel16(_mm512_permutex2var_ps(a0, odd, a1), _mm512_add_epi32(j, _mm512_set1_epi32(1)), &best, &bi);
+        gdl__maxsel16(_mm512_permutex2var_ps(c0, even, c1), _mm512_add_epi32(j, _mm512_set1_epi32(W)), &best, &bi);
+        gdl__maxsel16(_mm512_permutex2var_ps(c0, odd, c1), _mm512_add_epi32(j, _mm512_set1_epi32(W + 1)), &best, &bi);
+        _mm512_mask_storeu_ps(y + ow, m, best);
+        _mm512_mask_storeu_epi32(idx + ow, m, bi);
+    }
+}
+#else
 /* One output row of a 2x2, stride-2 max pool (the common case): r0 is the
    top input row, at plane index base. Vectorised at -O3. */
 static void gdl__maxpool2x2_row(const gdl_real *r0, int W, int32_t base, int OW, gdl_real *y, int32_t *idx) {
@@ -12869,6 +12904,7 @@ static void gdl__maxpool2x2_row(const gdl_real *r0, int W, int32_t base, int OW,
         idx[ow] = (int32_t)bi;
     }
 }
+#endif
 
 /* One plane: xp [H, W] into y and idx [OH, OW] (idx: the max's place in the plane) */
 static void gdl__maxpool_plane(const gdl_conv_geom *g, const gdl_real *xp, gdl_real *y, int32_t *idx) {
