@@ -8887,6 +8887,14 @@ static void gdl__tile_kernel(int ks, const uint16_t *a0, const uint16_t *a1, con
 #endif
 
 #ifdef GDL__GEMM_BF16
+/* room for n steps' offsets: ao then bo in one block (freed through l->ao), NULL without memory */
+static ptrdiff_t *gdl__tile_list_alloc(gdl__tile_list *l, int n) {
+    ptrdiff_t *o = (ptrdiff_t *)malloc(sizeof(ptrdiff_t) * 2 * (size_t)n);
+    l->ao = o;
+    l->bo = o ? o + n : NULL;
+    return o;
+}
+
 /* f32 panel [kc][NR] (NR = 32) -> VNNI bf16 [ks][2][16][32], zero past kc */
 static void gdl__tile_cvt_b(const float *src, int kc, int ks, uint16_t *dst) {
     int s, kp, h;
@@ -9609,15 +9617,21 @@ typedef struct gdl__peak_job {
     volatile float sink[GDL__POOL_MAX]; /* each task's chains' sum goes here, so its loop stays */
 } gdl__peak_job;
 
-/* task t: FMAs on GDL__PEAK_CHAINS independent accumulators in stretches of 64 x 256 steps, each timed,
-   until t_end; its fastest stretch's FLOP/s. a = a*m + c with m = 1 - c stays at 1: no overflow, no
-   denormals. */
+/* A stretch of `flops` FLOPs since *t0 has ended: its rate into *best if faster, *t0 the clock now; 1
+   while that is before t_end */
+static int gdl__peak_lap(double flops, double t_end, double *t0, double *best) {
+    const double t1 = gdl__prof_clock();
+    if (t1 > *t0 && flops / (t1 - *t0) > *best) *best = flops / (t1 - *t0);
+    *t0 = t1;
+    return t1 < t_end;
+}
+
 #if defined(GDL__GEMM_AMX)
 /* The tile unit's rate on this thread: 4 accumulator tiles, each 16 x 16 sums of 32 products a step */
 static double gdl__peak_bf16(double t_end, volatile float *sink) {
     static const uint16_t zeros[16 * 32] = {0}; /* the rate does not depend on the values */
     const double stretch = 1024.0 * 4 * 16 * 16 * 32 * 2;
-    double best = 0, t0 = gdl__prof_clock(), t1;
+    double best = 0, t0 = gdl__prof_clock();
     int i;
     gdl__tile_ready();
     _tile_loadd(4, zeros, 64);
@@ -9632,10 +9646,7 @@ static double gdl__peak_bf16(double t_end, volatile float *sink) {
             _tile_dpbf16ps(2, 5, 6);
             _tile_dpbf16ps(3, 5, 7);
         }
-        t1 = gdl__prof_clock();
-        if (t1 > t0 && stretch / (t1 - t0) > best) best = stretch / (t1 - t0);
-        t0 = t1;
-    } while (t1 < t_end);
+    } while (gdl__peak_lap(stretch, t_end, &t0, &best));
     (void)sink; /* the tiles' loop has no sums in registers for the compiler to drop */
     return best;
 }
@@ -9646,7 +9657,7 @@ static double gdl__peak_bf16(double t_end, volatile float *sink) {
     const double stretch = 64 * 256.0 * GDL__PEAK_CHAINS * 16 * 2 * 2;
     const __m512bh m = (__m512bh)_mm512_set1_epi32(0x3f80), z = (__m512bh)_mm512_setzero_si512();
     __m512 a[GDL__PEAK_CHAINS];
-    double best = 0, t0 = gdl__prof_clock(), t1;
+    double best = 0, t0 = gdl__prof_clock();
     float s = 0;
     int i, k;
     for (k = 0; k < GDL__PEAK_CHAINS; k++) a[k] = _mm512_setzero_ps();
@@ -9657,19 +9668,19 @@ static double gdl__peak_bf16(double t_end, volatile float *sink) {
             a[6] = _mm512_dpbf16_ps(a[6], m, z); a[7] = _mm512_dpbf16_ps(a[7], m, z); a[8] = _mm512_dpbf16_ps(a[8], m, z);
             a[9] = _mm512_dpbf16_ps(a[9], m, z); a[10] = _mm512_dpbf16_ps(a[10], m, z); a[11] = _mm512_dpbf16_ps(a[11], m, z);
         }
-        t1 = gdl__prof_clock();
-        if (t1 > t0 && stretch / (t1 - t0) > best) best = stretch / (t1 - t0);
-        t0 = t1;
-    } while (t1 < t_end);
+    } while (gdl__peak_lap(stretch, t_end, &t0, &best));
     for (k = 0; k < GDL__PEAK_CHAINS; k++) s += _mm512_reduce_add_ps(a[k]);
     *sink = s;
     return best;
 }
 #endif
 
+/* task t: FMAs on GDL__PEAK_CHAINS independent accumulators in stretches of 64 x 256 steps, each timed,
+   until t_end; its fastest stretch's FLOP/s. a = a*m + c with m = 1 - c stays at 1: no overflow, no
+   denormals. */
 static void gdl__peak_task(void *ctx, int t, int nt) {
     gdl__peak_job *j = (gdl__peak_job *)ctx;
-    double best = 0, t0 = gdl__prof_clock(), t1;
+    double best = 0, t0 = gdl__prof_clock();
     int i, k;
 #ifdef GDL__GEMM_BF16
     if (j->bf16) {
@@ -9690,10 +9701,7 @@ static void gdl__peak_task(void *ctx, int t, int nt) {
             a[6] = GDL__PEAK_FMA(a[6], m, c); a[7] = GDL__PEAK_FMA(a[7], m, c); a[8] = GDL__PEAK_FMA(a[8], m, c);
             a[9] = GDL__PEAK_FMA(a[9], m, c); a[10] = GDL__PEAK_FMA(a[10], m, c); a[11] = GDL__PEAK_FMA(a[11], m, c);
         }
-        t1 = gdl__prof_clock();
-        if (t1 > t0 && stretch / (t1 - t0) > best) best = stretch / (t1 - t0);
-        t0 = t1;
-    } while (t1 < j->t_end);
+    } while (gdl__peak_lap(stretch, j->t_end, &t0, &best));
     for (k = 0; k < GDL__PEAK_CHAINS; k++) s += GDL__PEAK_SUM(a[k]);
 #else
     /* 4 x 12 scalars: what the portable kernel's C becomes, vectorised by the compiler as the target allows */
@@ -9703,10 +9711,7 @@ static void gdl__peak_task(void *ctx, int t, int nt) {
     do {
         for (i = 0; i < 64 * 256; i++)
             for (k = 0; k < 4 * GDL__PEAK_CHAINS; k++) a[k] = a[k] * m + c;
-        t1 = gdl__prof_clock();
-        if (t1 > t0 && stretch / (t1 - t0) > best) best = stretch / (t1 - t0);
-        t0 = t1;
-    } while (t1 < j->t_end);
+    } while (gdl__peak_lap(stretch, j->t_end, &t0, &best));
     for (k = 0; k < 4 * GDL__PEAK_CHAINS; k++) s += a[k];
 #endif
     (void)nt;
@@ -12413,7 +12418,7 @@ static double gdl__aconv_fill(int pass, const gdl_conv_geom *g, int OC) {
     const double chan = (double)Kc / ((Kc + 31) / 32 * 32);
     double pos;
     if (pass == 1) {
-        const int G = gdl__agw_group(g) < g->N ? gdl__agw_group(g) : g->N;
+        const int G0 = gdl__agw_group(g), G = G0 < g->N ? G0 : g->N;
         pos = (double)G * g->OH * g->OW / ((gdl__agw_span(g, G) + 31) / 32 * 32);
     } else {
         const int rows = pass == 2 ? g->H : g->OH, cols = pass == 2 ? g->W : g->OW;
@@ -12427,31 +12432,32 @@ static double gdl__aconv_fill(int pass, const gdl_conv_geom *g, int OC) {
    positions over the padded width (below, its one K step is mostly padding: the f32 kernel is faster),
    and the products filled enough for this path (above). */
 static int gdl__aconv_takes(int pass, const gdl_conv_geom *g, int groups, int OC) {
-    if (gdl__aconv_fill(pass, g, OC) < gdl__aconv_fill_min) return 0;
-    if (pass == 0) return gdl__aconv_pays(g, groups, g->C, OC);
-    if (pass == 1) {
+    int ok;
+    if (pass == 0) {
+        ok = gdl__aconv_pays(g, groups, g->C, OC);
+    } else if (pass == 1) {
         const int G = gdl__agw_group(g);
-        return gdl__aconv_pays(g, groups, g->C, OC) && gdl__agw_span(g, G < g->N ? G : g->N) >= 32;
+        ok = gdl__aconv_pays(g, groups, g->C, OC) && gdl__agw_span(g, G < g->N ? G : g->N) >= 32;
+    } else {
+        ok = gdl__aconv_pays(g, groups, OC, g->C) && g->PH <= g->DH * (g->KH - 1) && g->PW <= g->DW * (g->KW - 1);
     }
-    return gdl__aconv_pays(g, groups, OC, g->C) && g->PH <= g->DH * (g->KH - 1) && g->PW <= g->DW * (g->KW - 1);
+    return ok && (gdl__aconv_fill_min <= 0 || gdl__aconv_fill(pass, g, OC) >= gdl__aconv_fill_min);
 }
 
 /* The forward's K steps from a block's first input position (A: 32 positions Cp channels apart by 32
    channels) and its 32 output channels' weights (B): each tap's, 32 input channels a step. 0, or 1
    with no memory. */
 static int gdl__aconv_list(gdl__aconv_job *d) {
-    ptrdiff_t *ao;
+    ptrdiff_t *ao, *bo;
     int tap, cb, s = 0;
     d->nstep = d->KH * d->KW * d->ncb;
-    ao = (ptrdiff_t *)malloc(sizeof(ptrdiff_t) * 2 * (size_t)d->nstep);
-    if (!ao) return 1;
+    if (!(ao = gdl__tile_list_alloc(&d->steps, d->nstep))) return 1;
+    bo = ao + d->nstep;
     for (tap = 0; tap < d->KH * d->KW; tap++)
         for (cb = 0; cb < d->ncb; cb++, s++) {
             ao[s] = ((ptrdiff_t)tap / d->KW * d->DH * d->Wq + (ptrdiff_t)tap % d->KW * d->DW) * d->Cp + cb * 32;
-            ao[d->nstep + s] = ((ptrdiff_t)tap * d->ncb + cb) * 1024;
+            bo[s] = ((ptrdiff_t)tap * d->ncb + cb) * 1024;
         }
-    d->steps.ao = ao;
-    d->steps.bo = ao + d->nstep;
     d->steps.a1 = (ptrdiff_t)16 * d->Cp;
     d->steps.lda = d->Cp * 2;
     d->steps.b1 = 512;
@@ -12645,15 +12651,13 @@ static int gdl__agw_run(const gdl_conv_geom *g, int OC, const gdl_real *x, const
         return 1;
     d.part = gdl__gemm_shared.buf;
     {
-        ptrdiff_t *o = (ptrdiff_t *)malloc(sizeof(ptrdiff_t) * 2 * (size_t)(d.Lk / 32));
+        ptrdiff_t *o = gdl__tile_list_alloc(&d.steps, d.Lk / 32);
         int s;
         if (!o) return 1;
         for (s = 0; s < d.Lk / 32; s++) {
             o[s] = (ptrdiff_t)s * 32;                 /* gy [Op][Lk]: 32 positions further along the rows */
             o[d.Lk / 32 + s] = (ptrdiff_t)s * 32 * a->Cp; /* the pairs [position / 2][Cp][2]: 16 pairs on */
         }
-        d.steps.ao = o;
-        d.steps.bo = o + d.Lk / 32;
         d.steps.a1 = (ptrdiff_t)16 * d.Lk;
         d.steps.lda = d.Lk * 2;
         d.steps.b1 = 32;

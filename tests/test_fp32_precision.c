@@ -6,7 +6,7 @@
    bitwise unchanged after a round trip, a 3x3 convolution on the tile unit
    (other bits, close to "ieee"), and a Linear layer's forward and backward
    close to "ieee".
-   Where "bf16" is refused (neither in the CPU or the build) the tests that
+   Where "bf16" is refused (neither is in the CPU or the build) the tests that
    need it are skipped, and the refusal itself is checked. */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"

@@ -931,7 +931,7 @@ static double gdl__aconv_fill(int pass, const gdl_conv_geom *g, int OC) {
     const double chan = (double)Kc / ((Kc + 31) / 32 * 32);
     double pos;
     if (pass == 1) {
-        const int G = gdl__agw_group(g) < g->N ? gdl__agw_group(g) : g->N;
+        const int G0 = gdl__agw_group(g), G = G0 < g->N ? G0 : g->N;
         pos = (double)G * g->OH * g->OW / ((gdl__agw_span(g, G) + 31) / 32 * 32);
     } else {
         const int rows = pass == 2 ? g->H : g->OH, cols = pass == 2 ? g->W : g->OW;
@@ -945,31 +945,32 @@ static double gdl__aconv_fill(int pass, const gdl_conv_geom *g, int OC) {
    positions over the padded width (below, its one K step is mostly padding: the f32 kernel is faster),
    and the products filled enough for this path (above). */
 static int gdl__aconv_takes(int pass, const gdl_conv_geom *g, int groups, int OC) {
-    if (gdl__aconv_fill(pass, g, OC) < gdl__aconv_fill_min) return 0;
-    if (pass == 0) return gdl__aconv_pays(g, groups, g->C, OC);
-    if (pass == 1) {
+    int ok;
+    if (pass == 0) {
+        ok = gdl__aconv_pays(g, groups, g->C, OC);
+    } else if (pass == 1) {
         const int G = gdl__agw_group(g);
-        return gdl__aconv_pays(g, groups, g->C, OC) && gdl__agw_span(g, G < g->N ? G : g->N) >= 32;
+        ok = gdl__aconv_pays(g, groups, g->C, OC) && gdl__agw_span(g, G < g->N ? G : g->N) >= 32;
+    } else {
+        ok = gdl__aconv_pays(g, groups, OC, g->C) && g->PH <= g->DH * (g->KH - 1) && g->PW <= g->DW * (g->KW - 1);
     }
-    return gdl__aconv_pays(g, groups, OC, g->C) && g->PH <= g->DH * (g->KH - 1) && g->PW <= g->DW * (g->KW - 1);
+    return ok && (gdl__aconv_fill_min <= 0 || gdl__aconv_fill(pass, g, OC) >= gdl__aconv_fill_min);
 }
 
 /* The forward's K steps from a block's first input position (A: 32 positions Cp channels apart by 32
    channels) and its 32 output channels' weights (B): each tap's, 32 input channels a step. 0, or 1
    with no memory. */
 static int gdl__aconv_list(gdl__aconv_job *d) {
-    ptrdiff_t *ao;
+    ptrdiff_t *ao, *bo;
     int tap, cb, s = 0;
     d->nstep = d->KH * d->KW * d->ncb;
-    ao = (ptrdiff_t *)malloc(sizeof(ptrdiff_t) * 2 * (size_t)d->nstep);
-    if (!ao) return 1;
+    if (!(ao = gdl__tile_list_alloc(&d->steps, d->nstep))) return 1;
+    bo = ao + d->nstep;
     for (tap = 0; tap < d->KH * d->KW; tap++)
         for (cb = 0; cb < d->ncb; cb++, s++) {
             ao[s] = ((ptrdiff_t)tap / d->KW * d->DH * d->Wq + (ptrdiff_t)tap % d->KW * d->DW) * d->Cp + cb * 32;
-            ao[d->nstep + s] = ((ptrdiff_t)tap * d->ncb + cb) * 1024;
+            bo[s] = ((ptrdiff_t)tap * d->ncb + cb) * 1024;
         }
-    d->steps.ao = ao;
-    d->steps.bo = ao + d->nstep;
     d->steps.a1 = (ptrdiff_t)16 * d->Cp;
     d->steps.lda = d->Cp * 2;
     d->steps.b1 = 512;
@@ -1163,15 +1164,13 @@ static int gdl__agw_run(const gdl_conv_geom *g, int OC, const gdl_real *x, const
         return 1;
     d.part = gdl__gemm_shared.buf;
     {
-        ptrdiff_t *o = (ptrdiff_t *)malloc(sizeof(ptrdiff_t) * 2 * (size_t)(d.Lk / 32));
+        ptrdiff_t *o = gdl__tile_list_alloc(&d.steps, d.Lk / 32);
         int s;
         if (!o) return 1;
         for (s = 0; s < d.Lk / 32; s++) {
             o[s] = (ptrdiff_t)s * 32;                 /* gy [Op][Lk]: 32 positions further along the rows */
             o[d.Lk / 32 + s] = (ptrdiff_t)s * 32 * a->Cp; /* the pairs [position / 2][Cp][2]: 16 pairs on */
         }
-        d.steps.ao = o;
-        d.steps.bo = o + d.Lk / 32;
         d.steps.a1 = (ptrdiff_t)16 * d.Lk;
         d.steps.lda = d.Lk * 2;
         d.steps.b1 = 32;

@@ -1334,6 +1334,14 @@ static void gdl__tile_kernel(int ks, const uint16_t *a0, const uint16_t *a1, con
 #endif
 
 #ifdef GDL__GEMM_BF16
+/* room for n steps' offsets: ao then bo in one block (freed through l->ao), NULL without memory */
+static ptrdiff_t *gdl__tile_list_alloc(gdl__tile_list *l, int n) {
+    ptrdiff_t *o = (ptrdiff_t *)malloc(sizeof(ptrdiff_t) * 2 * (size_t)n);
+    l->ao = o;
+    l->bo = o ? o + n : NULL;
+    return o;
+}
+
 /* f32 panel [kc][NR] (NR = 32) -> VNNI bf16 [ks][2][16][32], zero past kc */
 static void gdl__tile_cvt_b(const float *src, int kc, int ks, uint16_t *dst) {
     int s, kp, h;

@@ -55,15 +55,21 @@ typedef struct gdl__peak_job {
     volatile float sink[GDL__POOL_MAX]; /* each task's chains' sum goes here, so its loop stays */
 } gdl__peak_job;
 
-/* task t: FMAs on GDL__PEAK_CHAINS independent accumulators in stretches of 64 x 256 steps, each timed,
-   until t_end; its fastest stretch's FLOP/s. a = a*m + c with m = 1 - c stays at 1: no overflow, no
-   denormals. */
+/* A stretch of `flops` FLOPs since *t0 has ended: its rate into *best if faster, *t0 the clock now; 1
+   while that is before t_end */
+static int gdl__peak_lap(double flops, double t_end, double *t0, double *best) {
+    const double t1 = gdl__prof_clock();
+    if (t1 > *t0 && flops / (t1 - *t0) > *best) *best = flops / (t1 - *t0);
+    *t0 = t1;
+    return t1 < t_end;
+}
+
 #if defined(GDL__GEMM_AMX)
 /* The tile unit's rate on this thread: 4 accumulator tiles, each 16 x 16 sums of 32 products a step */
 static double gdl__peak_bf16(double t_end, volatile float *sink) {
     static const uint16_t zeros[16 * 32] = {0}; /* the rate does not depend on the values */
     const double stretch = 1024.0 * 4 * 16 * 16 * 32 * 2;
-    double best = 0, t0 = gdl__prof_clock(), t1;
+    double best = 0, t0 = gdl__prof_clock();
     int i;
     gdl__tile_ready();
     _tile_loadd(4, zeros, 64);
@@ -78,10 +84,7 @@ static double gdl__peak_bf16(double t_end, volatile float *sink) {
             _tile_dpbf16ps(2, 5, 6);
             _tile_dpbf16ps(3, 5, 7);
         }
-        t1 = gdl__prof_clock();
-        if (t1 > t0 && stretch / (t1 - t0) > best) best = stretch / (t1 - t0);
-        t0 = t1;
-    } while (t1 < t_end);
+    } while (gdl__peak_lap(stretch, t_end, &t0, &best));
     (void)sink; /* the tiles' loop has no sums in registers for the compiler to drop */
     return best;
 }
@@ -92,7 +95,7 @@ static double gdl__peak_bf16(double t_end, volatile float *sink) {
     const double stretch = 64 * 256.0 * GDL__PEAK_CHAINS * 16 * 2 * 2;
     const __m512bh m = (__m512bh)_mm512_set1_epi32(0x3f80), z = (__m512bh)_mm512_setzero_si512();
     __m512 a[GDL__PEAK_CHAINS];
-    double best = 0, t0 = gdl__prof_clock(), t1;
+    double best = 0, t0 = gdl__prof_clock();
     float s = 0;
     int i, k;
     for (k = 0; k < GDL__PEAK_CHAINS; k++) a[k] = _mm512_setzero_ps();
@@ -103,19 +106,19 @@ static double gdl__peak_bf16(double t_end, volatile float *sink) {
             a[6] = _mm512_dpbf16_ps(a[6], m, z); a[7] = _mm512_dpbf16_ps(a[7], m, z); a[8] = _mm512_dpbf16_ps(a[8], m, z);
             a[9] = _mm512_dpbf16_ps(a[9], m, z); a[10] = _mm512_dpbf16_ps(a[10], m, z); a[11] = _mm512_dpbf16_ps(a[11], m, z);
         }
-        t1 = gdl__prof_clock();
-        if (t1 > t0 && stretch / (t1 - t0) > best) best = stretch / (t1 - t0);
-        t0 = t1;
-    } while (t1 < t_end);
+    } while (gdl__peak_lap(stretch, t_end, &t0, &best));
     for (k = 0; k < GDL__PEAK_CHAINS; k++) s += _mm512_reduce_add_ps(a[k]);
     *sink = s;
     return best;
 }
 #endif
 
+/* task t: FMAs on GDL__PEAK_CHAINS independent accumulators in stretches of 64 x 256 steps, each timed,
+   until t_end; its fastest stretch's FLOP/s. a = a*m + c with m = 1 - c stays at 1: no overflow, no
+   denormals. */
 static void gdl__peak_task(void *ctx, int t, int nt) {
     gdl__peak_job *j = (gdl__peak_job *)ctx;
-    double best = 0, t0 = gdl__prof_clock(), t1;
+    double best = 0, t0 = gdl__prof_clock();
     int i, k;
 #ifdef GDL__GEMM_BF16
     if (j->bf16) {
@@ -136,10 +139,7 @@ static void gdl__peak_task(void *ctx, int t, int nt) {
             a[6] = GDL__PEAK_FMA(a[6], m, c); a[7] = GDL__PEAK_FMA(a[7], m, c); a[8] = GDL__PEAK_FMA(a[8], m, c);
             a[9] = GDL__PEAK_FMA(a[9], m, c); a[10] = GDL__PEAK_FMA(a[10], m, c); a[11] = GDL__PEAK_FMA(a[11], m, c);
         }
-        t1 = gdl__prof_clock();
-        if (t1 > t0 && stretch / (t1 - t0) > best) best = stretch / (t1 - t0);
-        t0 = t1;
-    } while (t1 < j->t_end);
+    } while (gdl__peak_lap(stretch, j->t_end, &t0, &best));
     for (k = 0; k < GDL__PEAK_CHAINS; k++) s += GDL__PEAK_SUM(a[k]);
 #else
     /* 4 x 12 scalars: what the portable kernel's C becomes, vectorised by the compiler as the target allows */
@@ -149,10 +149,7 @@ static void gdl__peak_task(void *ctx, int t, int nt) {
     do {
         for (i = 0; i < 64 * 256; i++)
             for (k = 0; k < 4 * GDL__PEAK_CHAINS; k++) a[k] = a[k] * m + c;
-        t1 = gdl__prof_clock();
-        if (t1 > t0 && stretch / (t1 - t0) > best) best = stretch / (t1 - t0);
-        t0 = t1;
-    } while (t1 < j->t_end);
+    } while (gdl__peak_lap(stretch, j->t_end, &t0, &best));
     for (k = 0; k < 4 * GDL__PEAK_CHAINS; k++) s += a[k];
 #endif
     (void)nt;
