@@ -12278,6 +12278,7 @@ static int gdl__dconv_forward(const gdl_conv_geom *g, int groups, int OC, int ac
 typedef struct {
     const gdl_conv_geom *g;
     int C, O, H, W, PT, PL, Hq, Wq, OH, OW, KH, KW, DH, DW, Cp, ncb, nob, add;
+    int F;      /* taps of a kernel row folded into the channels (gdl__aconv_fold): 1 or KW */
     int margin; /* pixels after the padded input: the last tile's reach past it */
     const gdl_real *x; /* [N][C][H][W] */
     gdl_real *y;       /* [N][O][OH][OW] */
@@ -12289,13 +12290,26 @@ typedef struct {
     int nstep;
 } gdl__aconv_job;
 
+/* The taps of a kernel row folded into the K steps' channels, for Kc channels (the forward's and the
+   weight gradient's input channels, the input gradient's output channels) and a kernel KW wide: all of
+   them where that takes fewer steps of 32 channels (9 channels by 3 taps: one step a row, not three),
+   else none. The products keep the unfolded order (tap by tap, channel by channel), so with an even
+   number of channels, where no pair of a dot step straddles two taps, the bits are the unfolded passes'.
+   Tests set gdl__aconv_fold_on to 0 to run the unfolded passes on such shapes too. */
+static int gdl__aconv_fold_on = 1;
+static int gdl__aconv_fold(int Kc, int KW) {
+    return gdl__aconv_fold_on && KW > 1 && (Kc * KW + 31) / 32 < KW * ((Kc + 31) / 32) ? KW : 1;
+}
+
 /* One sample's input into xb: channel-last, padded (PT, PL), bf16; zero elsewhere. 16 channels by 16
    pixels at a time, the pixels counted over the plane (across its rows: the maps are often narrower than
-   16), transposed in registers, rounded and stored a pixel (16 channels) at a time. */
+   16), transposed in registers, rounded and stored a pixel (16 channels) at a time. Folded (F > 1),
+   position p's channels f C + c hold the padded plane's pixel p + f DW, channel c: the F taps of a
+   kernel row are one K step's channels. */
 static void gdl__aconv_input(const gdl__aconv_job *d, const gdl_real *x, uint16_t *xb) {
     const int Cp = d->Cp, W = d->W, HW = d->H * d->W;
     GDL__ALIGNAS(64) float tr[16 * 16], blk[16 * 16];
-    int c0, p0, i;
+    int c0, p0, i, f;
     memset(xb, 0, sizeof(uint16_t) * ((size_t)d->Hq * d->Wq + d->margin) * Cp);
     for (c0 = 0; c0 < d->C; c0 += 16) {
         const int cn = d->C - c0 < 16 ? d->C - c0 : 16;
@@ -12313,8 +12327,14 @@ static void gdl__aconv_input(const gdl__aconv_job *d, const gdl_real *x, uint16_
                 gdl__dconv_tr16(blk, 16, 16, tr, 16, 16);
             }
             for (i = 0; i < pn; i++) {
-                _mm256_storeu_si256((__m256i *)(void *)(xb + ((size_t)(ih + d->PT) * d->Wq + d->PL + iw) * Cp + c0),
-                                    (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(tr + i * 16)));
+                const ptrdiff_t at = (ptrdiff_t)(ih + d->PT) * d->Wq + d->PL + iw;
+                const __m256i v = (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(tr + i * 16));
+                if (d->F == 1)
+                    _mm256_storeu_si256((__m256i *)(void *)(xb + (size_t)at * Cp + c0), v);
+                else /* cn channels only: the next tap's follow them */
+                    for (f = 0; f < d->F && at - f * d->DW >= 0; f++)
+                        _mm256_mask_storeu_epi16((void *)(xb + (size_t)(at - f * d->DW) * Cp + f * d->C + c0),
+                                                 (__mmask16)((1u << cn) - 1), v);
                 if (++iw == W) {
                     iw = 0;
                     ih++;
@@ -12324,9 +12344,21 @@ static void gdl__aconv_input(const gdl__aconv_job *d, const gdl_real *x, uint16_
     }
 }
 
+/* A run of n <= 32 sums into dst (add: added to it), 16 at a time by masks: a call of memcpy a run
+   cost more than the copy (a 28-wide map's block of 32 positions is two runs a channel). */
+static void gdl__aconv_put(gdl_real *dst, const float *src, int n, int add) {
+    int i;
+    for (i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(m, src + i);
+        if (add) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst + i), v);
+        _mm512_mask_storeu_ps(dst + i, m, v);
+    }
+}
+
 static void gdl__aconv_task(void *p, int t, int nt) {
     const gdl__aconv_job *d = (const gdl__aconv_job *)p;
-    const int Cp = d->Cp, Wq = d->Wq, OHW = d->OH * d->OW, nq = d->OH * Wq, ntap = d->KH * d->KW;
+    const int Cp = d->Cp, Wq = d->Wq, OHW = d->OH * d->OW, nq = d->OH * Wq, ntap = d->KH * (d->KW / d->F);
     const size_t kstep = (size_t)d->ncb * 1024; /* bf16 elements of one tap's weights, a 32-channel block */
     uint16_t *xb = (uint16_t *)(void *)(gdl__gemm_shared.buf + d->wsz + (size_t)gdl__gemm_slot() * d->tsz);
     GDL__ALIGNAS(64) float s[32 * 32], st[32 * 32];
@@ -12361,14 +12393,7 @@ static void gdl__aconv_task(void *p, int t, int nt) {
             for (o = 0; o < on; o++) {
                 gdl_real *yo = y + (ptrdiff_t)(ob * 32 + o) * OHW;
                 const float *so = st + o * 32;
-                for (k = 0; k < nrun; k++) {
-                    gdl_real *dst = yo + run_at[k];
-                    const float *src = so + run_i[k];
-                    if (d->add)
-                        for (i = 0; i < run_len[k]; i++) dst[i] += src[i];
-                    else
-                        memcpy(dst, src, sizeof(gdl_real) * (size_t)run_len[k]);
-                }
+                for (k = 0; k < nrun; k++) gdl__aconv_put(yo + run_at[k], so + run_i[k], run_len[k], d->add);
             }
             if (d->epi.bias || pre || d->epi.act >= 0)
                 for (k = 0; k < nrun; k++) gdl__gemm_epi_at(&d->epi, y, pre, ob * 32, on, run_at[k], run_len[k]);
@@ -12405,7 +12430,8 @@ static int gdl__aconv_pays(const gdl_conv_geom *g, int groups, int C, int O) {
    forward's K, the weight gradient's columns; the input gradient's K is the output channels), of a
    multiple of 32: the smaller. The tile unit takes any (its rate is
    so far above the FMAs' that the padding costs little); vdpbf16ps, at twice the FMAs' rate, only half
-   or more (3 x 3 maps fill 9 of 32 positions, 9 channels 9 of 32: there the f32 passes are faster).
+   or more (3 x 3 maps fill 9 of 32 positions: there the f32 passes are faster). The channels are
+   counted folded (gdl__aconv_fold: 9 channels by 3 taps fill 27 of 32).
    tests/test_conv.c sets the floor to 0 to run every case on this path. */
 #ifdef GDL__GEMM_AMX
 #define GDL__ACONV_FILL 0.0
@@ -12414,7 +12440,7 @@ static int gdl__aconv_pays(const gdl_conv_geom *g, int groups, int C, int O) {
 #endif
 static double gdl__aconv_fill_min = GDL__ACONV_FILL;
 static double gdl__aconv_fill(int pass, const gdl_conv_geom *g, int OC) {
-    const int Kc = pass == 2 ? OC : g->C; /* the channels padded to 32 (the weight gradient's columns) */
+    const int Kc0 = pass == 2 ? OC : g->C, Kc = Kc0 * gdl__aconv_fold(Kc0, g->KW); /* the channels padded to 32 */
     const double chan = (double)Kc / ((Kc + 31) / 32 * 32);
     double pos;
     if (pass == 1) {
@@ -12445,17 +12471,18 @@ static int gdl__aconv_takes(int pass, const gdl_conv_geom *g, int groups, int OC
 }
 
 /* The forward's K steps from a block's first input position (A: 32 positions Cp channels apart by 32
-   channels) and its 32 output channels' weights (B): each tap's, 32 input channels a step. 0, or 1
-   with no memory. */
+   channels) and its 32 output channels' weights (B): each tap's (folded: each kernel row's), 32 input
+   channels a step. 0, or 1 with no memory. */
 static int gdl__aconv_list(gdl__aconv_job *d) {
+    const int kwn = d->KW / d->F; /* taps a row left after the fold */
     ptrdiff_t *ao, *bo;
     int tap, cb, s = 0;
-    d->nstep = d->KH * d->KW * d->ncb;
+    d->nstep = d->KH * kwn * d->ncb;
     if (!(ao = gdl__tile_list_alloc(&d->steps, d->nstep))) return 1;
     bo = ao + d->nstep;
-    for (tap = 0; tap < d->KH * d->KW; tap++)
+    for (tap = 0; tap < d->KH * kwn; tap++)
         for (cb = 0; cb < d->ncb; cb++, s++) {
-            ao[s] = ((ptrdiff_t)tap / d->KW * d->DH * d->Wq + (ptrdiff_t)tap % d->KW * d->DW) * d->Cp + cb * 32;
+            ao[s] = ((ptrdiff_t)tap / kwn * d->DH * d->Wq + (ptrdiff_t)tap % kwn * d->F * d->DW) * d->Cp + cb * 32;
             bo[s] = ((ptrdiff_t)tap * d->ncb + cb) * 1024;
         }
     d->steps.a1 = (ptrdiff_t)16 * d->Cp;
@@ -12463,6 +12490,42 @@ static int gdl__aconv_list(gdl__aconv_job *d) {
     d->steps.b1 = 512;
     d->steps.ldb = 64;
     return 0;
+}
+
+/* The weights as B tiles (d->wb): for each block of 32 output channels, each tap of the K list (folded:
+   each kernel row) and each 32 of its channels, two halves (output channels 0-15, 16-31) of 16 pairs of
+   channels by 16 outputs, bf16, channel c' = f C + c being channel c of the row's tap f. A tile row's 32
+   values, 8 output channels by a pair of channels at a time, are a gather of 16: w(oc, c, tap) =
+   w[oc][c][tap] (flip: w[c][oc][KK - 1 - tap]) = w[oc so + c sc + tap']. */
+static void gdl__aconv_pack(const gdl__aconv_job *d, const gdl_real *w, int flip, uint16_t *wb) {
+    const int ntap = d->KH * d->KW, kwn = d->KW / d->F, nt = d->KH * kwn, Cf = d->C * d->F;
+    const int so = flip ? ntap : d->C * ntap, sc = flip ? d->O * ntap : ntap;
+    GDL__ALIGNAS(64) int lane[16];
+    int ob, t, cb, kp, e, o, j;
+    for (ob = 0; ob < d->nob; ob++)
+        for (t = 0; t < nt; t++)
+            for (cb = 0; cb < d->ncb; cb++)
+                for (kp = 0; kp < 16; kp++) {
+                    __mmask16 cm = 0; /* the lanes of real channels */
+                    for (j = 0; j < 16; j++) {
+                        const int cf = cb * 32 + 2 * kp + (j & 1), tap = t / kwn * d->KW + t % kwn * d->F + cf / d->C;
+                        lane[j] = (j >> 1) * so + cf % d->C * sc + (flip ? ntap - 1 - tap : tap);
+                        if (cf < Cf) cm |= (__mmask16)(1u << j);
+                    }
+                    for (e = 0; e < 2; e++)
+                        for (o = 0; o < 16; o += 8) {
+                            const int oc = ob * 32 + e * 16 + o;
+                            __mmask16 m = cm;
+                            for (j = 0; j < 16; j++)
+                                if (oc + (j >> 1) >= d->O) m &= (__mmask16) ~(1u << j);
+                            _mm256_storeu_si256(
+                                (__m256i *)(void *)(wb + ((((size_t)ob * nt + t) * d->ncb + cb) * 2 + e) * 512 +
+                                                    (size_t)kp * 32 + (size_t)o * 2),
+                                (__m256i)_mm512_cvtneps_pbh(_mm512_mask_i32gather_ps(
+                                    _mm512_setzero_ps(), m, _mm512_load_si512((const void *)lane),
+                                    w + (ptrdiff_t)oc * so, 4)));
+                        }
+                }
 }
 
 /* The stride-1 convolution of x [N][C][H][W], padded (PT, PL) to Hq x Wq, by the
@@ -12473,51 +12536,27 @@ static int gdl__aconv_list(gdl__aconv_job *d) {
 static int gdl__aconv_run(const gdl_conv_geom *g, int C, int O, int H, int W, int PT, int PL, int Hq, int Wq, int OH,
                           int OW, int flip, int add, const gdl_real *x, const gdl_real *w, gdl_real *y,
                           const gdl_real *bias, int act, gdl_real *pre, int threads) {
-    const int KH = g->KH, KW = g->KW, ntap = KH * KW;
+    const int KH = g->KH, KW = g->KW, F = gdl__aconv_fold(C, KW), nt = KH * (KW / F);
     gdl__aconv_job d;
     uint16_t *wb;
-    int ob, tap, cb, kp, o, e;
     memset(&d, 0, sizeof d);
     d.g = g; d.C = C; d.O = O; d.H = H; d.W = W; d.PT = PT; d.PL = PL; d.Hq = Hq; d.Wq = Wq; d.OH = OH; d.OW = OW;
     d.KH = KH; d.KW = KW; d.DH = g->DH; d.DW = g->DW; d.add = add; d.x = x; d.y = y; d.pre = pre;
-    d.Cp = (C + 31) / 32 * 32;
+    d.F = F;
+    d.Cp = (C * F + 31) / 32 * 32;
     d.ncb = d.Cp / 32;
     d.nob = (O + 31) / 32;
     gdl__gemm_args_init(&d.epi, 0, 0, O, OH * OW, 1, 1, NULL, 0, NULL, 0, 0, NULL, OH * OW);
     d.epi.bias = bias;
     d.epi.act = act;
-    d.wsz = ((size_t)d.nob * ntap * d.ncb * 1024 / 2 + 15) & ~(size_t)15;
+    d.wsz = ((size_t)d.nob * nt * d.ncb * 1024 / 2 + 15) & ~(size_t)15;
     d.margin = 32 + (KW - 1) * g->DW;
     d.tsz = ((((size_t)Hq * Wq + d.margin) * d.Cp) / 2 + 15) & ~(size_t)15;
     if (sizeof(gdl_real) * ((double)d.wsz + (double)threads * d.tsz) > (double)GDL__DCONV_MAX ||
         !gdl__gemm_reserve(d.wsz + (size_t)threads * d.tsz))
         return 1;
     wb = (uint16_t *)(void *)gdl__gemm_shared.buf;
-    {
-        /* a B tile row's 32 values, 8 output channels by the pair of input channels at a time (a gather
-           of 16): w[oc][c][tap] (or w[c][oc][KK - 1 - tap]) = w[base + oc so + c sc] */
-        const int so = flip ? ntap : C * ntap, sc = flip ? O * ntap : ntap;
-        int j;
-        GDL__ALIGNAS(64) int lane[16];
-        for (j = 0; j < 16; j++) lane[j] = (j >> 1) * so + (j & 1) * sc;
-        for (ob = 0; ob < d.nob; ob++)
-            for (tap = 0; tap < ntap; tap++)
-                for (cb = 0; cb < d.ncb; cb++)
-                    for (e = 0; e < 2; e++) /* the two halves: channels o 0-15, 16-31 of the block */
-                        for (kp = 0; kp < 16; kp++)
-                            for (o = 0; o < 16; o += 8) {
-                                const int oc = ob * 32 + e * 16 + o, c = cb * 32 + 2 * kp;
-                                __mmask16 m = 0;
-                                for (j = 0; j < 16; j++)
-                                    if (oc + (j >> 1) < O && c + (j & 1) < C) m |= (__mmask16)(1u << j);
-                                _mm256_storeu_si256(
-                                    (__m256i *)(void *)(wb + ((((size_t)ob * ntap + tap) * d.ncb + cb) * 2 + e) * 512 +
-                                                        (size_t)kp * 32 + (size_t)o * 2),
-                                    (__m256i)_mm512_cvtneps_pbh(_mm512_mask_i32gather_ps(
-                                        _mm512_setzero_ps(), m, _mm512_load_si512((const void *)lane),
-                                        w + (flip ? ntap - 1 - tap : tap) + (ptrdiff_t)oc * so + (ptrdiff_t)c * sc, 4)));
-                            }
-    }
+    gdl__aconv_pack(&d, w, flip, wb);
     d.wb = wb;
     if (gdl__aconv_list(&d)) return 1;
     gdl__pool_run(g->N, gdl__aconv_task, &d);
@@ -12557,7 +12596,8 @@ typedef struct {
 static void gdl__agw_task(void *p, int t, int nt) {
     const gdl__agw_job *d = (const gdl__agw_job *)p;
     const gdl__aconv_job *a = &d->a;
-    const int Cp = a->Cp, Wq = a->Wq, ntap = a->KH * a->KW, OHW = a->OH * a->OW, npair = d->npos / 2;
+    const int Cp = a->Cp, Wq = a->Wq, kwn = a->KW / a->F, ntap = a->KH * kwn, OHW = a->OH * a->OW;
+    const int npair = d->npos / 2;
     uint16_t *xcl = (uint16_t *)(void *)(gdl__gemm_shared.buf + a->wsz + (size_t)gdl__gemm_slot() * a->tsz);
     uint16_t *xv0 = xcl + (size_t)d->npos * Cp, *xv1 = xv0 + (size_t)npair * Cp * 2;
     uint16_t *gyb = xv1 + (size_t)npair * Cp * 2;
@@ -12604,7 +12644,7 @@ static void gdl__agw_task(void *p, int t, int nt) {
                     }
                 }
         for (tap = 0; tap < ntap; tap++) {
-            const int off = tap / a->KW * a->DH * Wq + tap % a->KW * a->DW;
+            const int off = tap / kwn * a->DH * Wq + tap % kwn * a->F * a->DW; /* folded: the row's first tap */
             const uint16_t *xv = off % 2 ? xv1 + (size_t)(off - 1) / 2 * Cp * 2 : xv0 + (size_t)off / 2 * Cp * 2;
             for (ob = 0; ob < d->nob; ob++)
                 for (cb = 0; cb < a->ncb; cb++) {
@@ -12619,16 +12659,17 @@ static void gdl__agw_task(void *p, int t, int nt) {
 /* The weight gradient (gw += ...) by the tile unit; the caller holds the pool. 0 done, 1 no memory. */
 static int gdl__agw_run(const gdl_conv_geom *g, int OC, const gdl_real *x, const gdl_real *gy, gdl_real *gw,
                         int threads) {
-    const int KK = g->KH * g->KW;
+    const int KK = g->KH * g->KW, F = gdl__aconv_fold(g->C, g->KW), kwn = g->KW / F, nt = g->KH * kwn;
     gdl__agw_job d;
     gdl__aconv_job *a = &d.a;
     size_t tsz, npos;
-    int ch, tap, ob, cb, o, c;
+    int ch, t, ob, cb, o, c;
     memset(&d, 0, sizeof d);
     a->g = g; a->C = g->C; a->O = OC; a->H = g->H; a->W = g->W; a->PT = g->PH; a->PL = g->PW;
     a->Hq = g->H + 2 * g->PH; a->Wq = g->W + 2 * g->PW; a->OH = g->OH; a->OW = g->OW;
     a->KH = g->KH; a->KW = g->KW; a->DH = g->DH; a->DW = g->DW; a->x = x;
-    a->Cp = (g->C + 31) / 32 * 32;
+    a->F = F;
+    a->Cp = (g->C * F + 31) / 32 * 32;
     a->ncb = a->Cp / 32;
     /* past the last position a K step reads: the farthest tap, 32 positions, one for the shifted copy, even */
     a->margin = ((g->KH - 1) * g->DH * a->Wq + (g->KW - 1) * g->DW + 34 + 1) & ~1;
@@ -12641,7 +12682,7 @@ static int gdl__agw_run(const gdl_conv_geom *g, int OC, const gdl_real *x, const
     d.Op = d.nob * 32;
     d.Lk = (gdl__agw_span(g, d.G) + 31) / 32 * 32; /* the longest group's K */
     d.nchunk = (g->N + GDL__AGW_CHUNK - 1) / GDL__AGW_CHUNK;
-    d.psz = (size_t)KK * d.nob * a->ncb * 1024;
+    d.psz = (size_t)nt * d.nob * a->ncb * 1024;
     /* a thread's buffer: the channel-last input, its two paired copies, gy's copy (bf16: halves of floats) */
     tsz = npos * a->Cp + npos / 2 * a->Cp * 2 * 2 + (size_t)d.Op * d.Lk;
     a->tsz = ((tsz + 1) / 2 + 15) & ~(size_t)15;
@@ -12665,10 +12706,10 @@ static int gdl__agw_run(const gdl_conv_geom *g, int OC, const gdl_real *x, const
     }
     gdl__pool_run(d.nchunk, gdl__agw_task, &d);
     free((void *)d.steps.ao);
-    for (tap = 0; tap < KK; tap++) /* each block's chunks added in order, then into gw */
+    for (t = 0; t < nt; t++) /* each block's chunks added in order, then into gw */
         for (ob = 0; ob < d.nob; ob++)
             for (cb = 0; cb < a->ncb; cb++) {
-                const size_t at = (((size_t)tap * d.nob + ob) * a->ncb + cb) * 1024;
+                const size_t at = (((size_t)t * d.nob + ob) * a->ncb + cb) * 1024;
                 GDL__ALIGNAS(64) float sum[1024];
                 for (c = 0; c < 1024; c += 16) {
                     __m512 v = _mm512_loadu_ps(d.part + at + c);
@@ -12676,8 +12717,10 @@ static int gdl__agw_run(const gdl_conv_geom *g, int OC, const gdl_real *x, const
                     _mm512_store_ps(sum + c, v);
                 }
                 for (o = 0; o < 32 && ob * 32 + o < OC; o++)
-                    for (c = 0; c < 32 && cb * 32 + c < g->C; c++)
-                        gw[((ptrdiff_t)(ob * 32 + o) * g->C + cb * 32 + c) * KK + tap] += sum[o * 32 + c];
+                    for (c = 0; c < 32 && cb * 32 + c < g->C * F; c++) { /* channel c' = f C + c of the row's tap f */
+                        const int cf = cb * 32 + c, tap = t / kwn * g->KW + t % kwn * F + cf / g->C;
+                        gw[((ptrdiff_t)(ob * 32 + o) * g->C + cf % g->C) * KK + tap] += sum[o * 32 + c];
+                    }
             }
     return 0;
 }

@@ -8,8 +8,8 @@
    fallback when the GEMM's buffers are held by someone else; linear_act's
    epilogue against linear then the activation; the backend's bf16
    backwards set (not add to) an unset gradient when told; the bf16
-   precision's convolutions (AMX or AVX512-BF16) against the direct loop and across thread
-   counts. One translation
+   precision's convolutions (AMX or AVX512-BF16), with a kernel row's taps folded into the
+   channels and not, against the direct loop and across thread counts. One translation
    unit with the implementation: it picks the path through gdl__conv_path. */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
@@ -362,17 +362,51 @@ static enum harness_result bf16_case(const conv_case *c, int tile_unit) {
     gdl_set_num_threads(0);
     return hr;
 }
-/* ... on the path's own choice of where it pays, then, on AVX512-BF16 (whose floor keeps it off 3 x 3 maps
-   and few channels: src/cpu/conv_pool.h), with every case it can take taken, as on the tile unit */
+#ifdef GDL__GEMM_BF16
+/* Where a kernel row's taps fold into an odd number of channels (gdl__aconv_fold), the forward's bits
+   differ from the unfolded pass's: a dot step's pair of products straddles two taps. (With an even
+   number the products come in the unfolded order, the same pairs, and the bits are the same.) */
+static enum harness_result fold_ran(const conv_case *c) {
+    conv_io io;
+    conv_res fold, flat;
+    enum harness_result hr = HARNESS_PASS;
+    if (make_io(c, &io) < 0) FAILm(gdl_last_error());
+    gdl_cpu_set_fp32_precision("bf16");
+    if (run(c, &io, -1, 2, &fold) < 0) hr = harness_fail_(__FILE__, __LINE__, "%s: %s", c->name, gdl_last_error());
+    gdl__aconv_fold_on = 0;
+    if (hr == HARNESS_PASS && run(c, &io, -1, 2, &flat) < 0)
+        hr = harness_fail_(__FILE__, __LINE__, "%s: unfolded: %s", c->name, gdl_last_error());
+    gdl__aconv_fold_on = 1;
+    if (hr == HARNESS_PASS && first_diff(fold.y, flat.y, (int64_t)c->N * c->OC * io.OH * io.OW) < 0)
+        hr = harness_fail_(__FILE__, __LINE__, "%s: the folded forward gave the unfolded bits: no fold ran", c->name);
+    gdl_cpu_set_fp32_precision("ieee");
+    free_res(&fold);
+    free_res(&flat);
+    free_io(&io);
+    gdl_set_num_threads(0);
+    return hr;
+}
+#endif
+
+/* ... on the path's own choice of where it pays, then, on AVX512-BF16 (whose floor keeps it off 3 x 3 maps:
+   src/cpu/conv_pool.h), with every case it can take taken, as on the tile unit; where the taps of a kernel
+   row fold into the channels, unfolded too */
 TEST conv_bf16_precision(const conv_case *c) {
     const int tile_unit = c->sh == 1 && c->sw == 1 && c->groups == 1 && c->C >= 8 && c->OC >= 16;
 #ifdef GDL__GEMM_BF16
+    const int folds = tile_unit && (gdl__aconv_fold(c->C, c->KW) > 1 || gdl__aconv_fold(c->OC, c->KW) > 1);
     enum harness_result hr = bf16_case(c, tile_unit && gdl__aconv_fill_min == 0);
-    if (hr == HARNESS_PASS && gdl__aconv_fill_min > 0) {
-        gdl__aconv_fill_min = 0;
+    gdl__aconv_fill_min = 0;
+    if (hr == HARNESS_PASS && GDL__ACONV_FILL > 0) hr = bf16_case(c, tile_unit);
+    if (hr == HARNESS_PASS && folds) {
+        gdl__aconv_fold_on = 0;
         hr = bf16_case(c, tile_unit);
-        gdl__aconv_fill_min = GDL__ACONV_FILL;
+        gdl__aconv_fold_on = 1;
     }
+    if (hr == HARNESS_PASS && folds && c->C % 2 && gdl__aconv_fold(c->C, c->KW) > 1 &&
+        gdl_cpu_set_fp32_precision("bf16") == 0)
+        hr = fold_ran(c);
+    gdl__aconv_fill_min = GDL__ACONV_FILL;
     return hr;
 #else
     return bf16_case(c, tile_unit);
