@@ -9,7 +9,8 @@
    epilogue against linear then the activation; the backend's bf16
    backwards set (not add to) an unset gradient when told; the bf16
    precision's convolutions (AMX or AVX512-BF16), with a kernel row's taps folded into the
-   channels and not, against the direct loop and across thread counts. One translation
+   channels and not, against the direct loop and across thread counts. Also the 2x2 max
+   pool's vector rows against a plain loop. One translation
    unit with the implementation: it picks the path through gdl__conv_path. */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
@@ -327,6 +328,57 @@ TEST conv_paths_agree(const conv_case *c) {
     return hr;
 }
 
+/* The 2x2 stride-2 max pool's own path (selects by bit masks; 16 outputs at a time on AVX-512, 8 on AVX2,
+   the last ones masked; tested here since this program runs on each CPU path) against a plain first-max,
+   first-NaN loop, on planes full of ties, NaNs and zeros of both signs, with odd sizes (a last row and
+   column left out): 5 outputs a row (one masked chunk), 18 (whole chunks and 2), 32 (whole ones). */
+static int maxpool2x2_bad(int H, int W) {
+    const int N = 3, C = 5, OH = H / 2, OW = W / 2;
+    static const float vals[] = {0.0f, -0.0f, 1.0f, 1.0f, -2.0f, (float)NAN, -(float)NAN, (float)INFINITY,
+                                 -(float)INFINITY, 3.0f};
+    float *x = (float *)malloc(sizeof(float) * N * C * H * W), *y = (float *)malloc(sizeof(float) * N * C * OH * OW);
+    int32_t *idx = (int32_t *)malloc(sizeof(int32_t) * N * C * OH * OW);
+    gdl_conv_geom g;
+    int i, p, oh, ow, bad = 0;
+    uint64_t r = 9;
+    if (!x || !y || !idx) {
+        free(x), free(y), free(idx);
+        return -1;
+    }
+    for (i = 0; i < N * C * H * W; i++) {
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        x[i] = vals[(r >> 33) % (sizeof vals / sizeof *vals)];
+    }
+    memset(&g, 0, sizeof g);
+    g.N = N; g.C = C; g.H = H; g.W = W; g.KH = g.KW = 2; g.SH = g.SW = 2; g.DH = g.DW = 1; g.OH = OH; g.OW = OW;
+    gdl__cpu_maxpool(GDL_F32, &g, x, y, idx);
+    for (p = 0; p < N * C; p++)
+        for (oh = 0; oh < OH; oh++)
+            for (ow = 0; ow < OW; ow++) {
+                const float *xp = x + p * H * W;
+                int k, bi = 2 * oh * W + 2 * ow;
+                float best = xp[bi], got = y[(p * OH + oh) * OW + ow];
+                for (k = 1; k < 4; k++) {
+                    int j = (2 * oh + k / 2) * W + 2 * ow + k % 2;
+                    if (xp[j] > best || (xp[j] != xp[j] && best == best)) {
+                        best = xp[j];
+                        bi = j;
+                    }
+                }
+                bad += idx[(p * OH + oh) * OW + ow] != bi || memcmp(&best, &got, sizeof best) != 0;
+            }
+    free(x);
+    free(y);
+    free(idx);
+    return bad;
+}
+TEST maxpool2x2_path(void) {
+    ASSERT_EQm("9 x 11: outputs (bits) or indices differ from the first-max, first-NaN rule", 0, maxpool2x2_bad(9, 11));
+    ASSERT_EQm("6 x 37: outputs (bits) or indices differ from the first-max, first-NaN rule", 0, maxpool2x2_bad(6, 37));
+    ASSERT_EQm("4 x 64: outputs (bits) or indices differ from the first-max, first-NaN rule", 0, maxpool2x2_bad(4, 64));
+    PASS();
+}
+
 /* The bf16 precision (gdl_cpu_set_fp32_precision): the direct loop's results to bf16's rounding, the same
    bits at 1, 2 and 3 threads, and, where the tile unit's convolution takes the case, other bits than
    "ieee" (the path ran). Skipped where neither AMX nor AVX512-BF16 is. */
@@ -564,6 +616,7 @@ SUITE(conv) {
     RUN_TEST(linear_act_epilogue_matches_unfused);
     RUN_TEST(relu_gradient_matches_unfused);
     RUN_TEST(lowp_backwards_set_when_not_accumulating);
+    RUN_TEST(maxpool2x2_path);
 }
 
 HARNESS_MAIN_DEFS();

@@ -6,8 +6,7 @@
    at once, neither deadlock nor race (also built under ThreadSanitizer:
    tsan_test_pool); a child forked after the workers started can use the
    pool; the workers are joined at exit (LeakSanitizer: asan_test_pool).
-   Also the 2x2 max pool's branch-free path against a plain loop, and
-   Adam's vector loop against its double formula. Under MinGW-w64
+   Also Adam's vector loop against its double formula. Under MinGW-w64
    (tests/windows.mk, with tests/win_compat.h for setenv) all but the fork
    test run; pthreads there are MinGW's winpthreads, the pool's Win32's. */
 #define _POSIX_C_SOURCE 200809L
@@ -224,57 +223,6 @@ TEST test_kernels_same_bits_any_thread_count(void) {
     PASS();
 }
 
-/* The 2x2 stride-2 max pool's own path (selects by bit masks; on AVX-512 16 outputs at a time, the last
-   ones masked) against a plain first-max, first-NaN loop, on planes full of ties, NaNs and zeros of both
-   signs, with odd sizes (a last row and column left out): 5 outputs a row (one masked chunk), 18 (a
-   whole chunk and 2), 32 (two whole ones). */
-static int maxpool2x2_bad(int H, int W) {
-    const int N = 3, C = 5, OH = H / 2, OW = W / 2;
-    static const float vals[] = {0.0f, -0.0f, 1.0f, 1.0f, -2.0f, (float)NAN, -(float)NAN, (float)INFINITY,
-                                 -(float)INFINITY, 3.0f};
-    float *x = (float *)malloc(sizeof(float) * N * C * H * W), *y = (float *)malloc(sizeof(float) * N * C * OH * OW);
-    int32_t *idx = (int32_t *)malloc(sizeof(int32_t) * N * C * OH * OW);
-    gdl_conv_geom g;
-    int i, p, oh, ow, bad = 0;
-    uint64_t r = 9;
-    if (!x || !y || !idx) {
-        free(x), free(y), free(idx);
-        return -1;
-    }
-    for (i = 0; i < N * C * H * W; i++) {
-        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
-        x[i] = vals[(r >> 33) % (sizeof vals / sizeof *vals)];
-    }
-    memset(&g, 0, sizeof g);
-    g.N = N; g.C = C; g.H = H; g.W = W; g.KH = g.KW = 2; g.SH = g.SW = 2; g.DH = g.DW = 1; g.OH = OH; g.OW = OW;
-    gdl__cpu_maxpool(GDL_F32, &g, x, y, idx);
-    for (p = 0; p < N * C; p++)
-        for (oh = 0; oh < OH; oh++)
-            for (ow = 0; ow < OW; ow++) {
-                const float *xp = x + p * H * W;
-                int k, bi = 2 * oh * W + 2 * ow;
-                float best = xp[bi], got = y[(p * OH + oh) * OW + ow];
-                for (k = 1; k < 4; k++) {
-                    int j = (2 * oh + k / 2) * W + 2 * ow + k % 2;
-                    if (xp[j] > best || (xp[j] != xp[j] && best == best)) {
-                        best = xp[j];
-                        bi = j;
-                    }
-                }
-                bad += idx[(p * OH + oh) * OW + ow] != bi || memcmp(&best, &got, sizeof best) != 0;
-            }
-    free(x);
-    free(y);
-    free(idx);
-    return bad;
-}
-TEST test_maxpool2x2_path(void) {
-    ASSERT_EQm("9 x 11: outputs (bits) or indices differ from the first-max, first-NaN rule", 0, maxpool2x2_bad(9, 11));
-    ASSERT_EQm("6 x 37: outputs (bits) or indices differ from the first-max, first-NaN rule", 0, maxpool2x2_bad(6, 37));
-    ASSERT_EQm("4 x 64: outputs (bits) or indices differ from the first-max, first-NaN rule", 0, maxpool2x2_bad(4, 64));
-    PASS();
-}
-
 /* Adam's vector loop (AVX2 / AVX-512 builds) gives the bits of the plain
    double formula, decoupled weight decay or not, on the vector body and
    the scalar tail (n = 37). */
@@ -462,7 +410,6 @@ SUITE(pool) {
     RUN_TEST(test_parallel_for_covers_each_index_once);
     RUN_TEST(test_thread_count_api_and_env);
     RUN_TEST(test_kernels_same_bits_any_thread_count);
-    RUN_TEST(test_maxpool2x2_path);
     RUN_TEST(test_adam_vector_loop_bits);
     RUN_TEST(test_nested_region_runs_serially);
     RUN_TEST(test_lowered_thread_count_uses_fewer_workers);
