@@ -813,6 +813,16 @@ static int gdl__aconv_fold_on = 1;
 static int gdl__aconv_fold(int Kc, int KW) {
     return gdl__aconv_fold_on && KW > 1 && (Kc * KW + 31) / 32 < KW * ((Kc + 31) / 32) ? KW : 1;
 }
+/* Tap t of the K list (folded: kernel row t): its input's offset in positions from the output's */
+static int gdl__aconv_off(const gdl__aconv_job *d, int t) {
+    const int kwn = d->KW / d->F; /* taps a row left after the fold */
+    return t / kwn * d->DH * d->Wq + t % kwn * d->F * d->DW;
+}
+/* ... and the kernel's tap (kh KW + kw) of its folded channel cf = f C + c: the row's tap f */
+static int gdl__aconv_tap(const gdl__aconv_job *d, int t, int cf) {
+    const int kwn = d->KW / d->F;
+    return t / kwn * d->KW + t % kwn * d->F + cf / d->C;
+}
 
 /* One sample's input into xb: channel-last, padded (PT, PL), bf16; zero elsewhere. 16 channels by 16
    pixels at a time, the pixels counted over the plane (across its rows: the maps are often narrower than
@@ -842,12 +852,9 @@ static void gdl__aconv_input(const gdl__aconv_job *d, const gdl_real *x, uint16_
             for (i = 0; i < pn; i++) {
                 const ptrdiff_t at = (ptrdiff_t)(ih + d->PT) * d->Wq + d->PL + iw;
                 const __m256i v = (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(tr + i * 16));
-                if (d->F == 1)
-                    _mm256_storeu_si256((__m256i *)(void *)(xb + (size_t)at * Cp + c0), v);
-                else /* cn channels only: the next tap's follow them */
-                    for (f = 0; f < d->F && at - f * d->DW >= 0; f++)
-                        _mm256_mask_storeu_epi16((void *)(xb + (size_t)(at - f * d->DW) * Cp + f * d->C + c0),
-                                                 (__mmask16)((1u << cn) - 1), v);
+                for (f = 0; f < d->F && at - f * d->DW >= 0; f++) /* cn channels only: the next tap's follow */
+                    _mm256_mask_storeu_epi16((void *)(xb + (size_t)(at - f * d->DW) * Cp + f * d->C + c0),
+                                             (__mmask16)((1u << cn) - 1), v);
                 if (++iw == W) {
                     iw = 0;
                     ih++;
@@ -987,15 +994,15 @@ static int gdl__aconv_takes(int pass, const gdl_conv_geom *g, int groups, int OC
    channels) and its 32 output channels' weights (B): each tap's (folded: each kernel row's), 32 input
    channels a step. 0, or 1 with no memory. */
 static int gdl__aconv_list(gdl__aconv_job *d) {
-    const int kwn = d->KW / d->F; /* taps a row left after the fold */
+    const int nt = d->KH * (d->KW / d->F);
     ptrdiff_t *ao, *bo;
     int tap, cb, s = 0;
-    d->nstep = d->KH * kwn * d->ncb;
+    d->nstep = nt * d->ncb;
     if (!(ao = gdl__tile_list_alloc(&d->steps, d->nstep))) return 1;
     bo = ao + d->nstep;
-    for (tap = 0; tap < d->KH * kwn; tap++)
+    for (tap = 0; tap < nt; tap++)
         for (cb = 0; cb < d->ncb; cb++, s++) {
-            ao[s] = ((ptrdiff_t)tap / kwn * d->DH * d->Wq + (ptrdiff_t)tap % kwn * d->F * d->DW) * d->Cp + cb * 32;
+            ao[s] = (ptrdiff_t)gdl__aconv_off(d, tap) * d->Cp + cb * 32;
             bo[s] = ((ptrdiff_t)tap * d->ncb + cb) * 1024;
         }
     d->steps.a1 = (ptrdiff_t)16 * d->Cp;
@@ -1011,7 +1018,7 @@ static int gdl__aconv_list(gdl__aconv_job *d) {
    values, 8 output channels by a pair of channels at a time, are a gather of 16: w(oc, c, tap) =
    w[oc][c][tap] (flip: w[c][oc][KK - 1 - tap]) = w[oc so + c sc + tap']. */
 static void gdl__aconv_pack(const gdl__aconv_job *d, const gdl_real *w, int flip, uint16_t *wb) {
-    const int ntap = d->KH * d->KW, kwn = d->KW / d->F, nt = d->KH * kwn, Cf = d->C * d->F;
+    const int ntap = d->KH * d->KW, nt = d->KH * (d->KW / d->F), Cf = d->C * d->F;
     const int so = flip ? ntap : d->C * ntap, sc = flip ? d->O * ntap : ntap;
     GDL__ALIGNAS(64) int lane[16];
     int ob, t, cb, kp, e, o, j;
@@ -1021,7 +1028,7 @@ static void gdl__aconv_pack(const gdl__aconv_job *d, const gdl_real *w, int flip
                 for (kp = 0; kp < 16; kp++) {
                     __mmask16 cm = 0; /* the lanes of real channels */
                     for (j = 0; j < 16; j++) {
-                        const int cf = cb * 32 + 2 * kp + (j & 1), tap = t / kwn * d->KW + t % kwn * d->F + cf / d->C;
+                        const int cf = cb * 32 + 2 * kp + (j & 1), tap = gdl__aconv_tap(d, t, cf);
                         lane[j] = (j >> 1) * so + cf % d->C * sc + (flip ? ntap - 1 - tap : tap);
                         if (cf < Cf) cm |= (__mmask16)(1u << j);
                     }
@@ -1109,7 +1116,7 @@ typedef struct {
 static void gdl__agw_task(void *p, int t, int nt) {
     const gdl__agw_job *d = (const gdl__agw_job *)p;
     const gdl__aconv_job *a = &d->a;
-    const int Cp = a->Cp, Wq = a->Wq, kwn = a->KW / a->F, ntap = a->KH * kwn, OHW = a->OH * a->OW;
+    const int Cp = a->Cp, Wq = a->Wq, ntap = a->KH * (a->KW / a->F), OHW = a->OH * a->OW;
     const int npair = d->npos / 2;
     uint16_t *xcl = (uint16_t *)(void *)(gdl__gemm_shared.buf + a->wsz + (size_t)gdl__gemm_slot() * a->tsz);
     uint16_t *xv0 = xcl + (size_t)d->npos * Cp, *xv1 = xv0 + (size_t)npair * Cp * 2;
@@ -1157,7 +1164,7 @@ static void gdl__agw_task(void *p, int t, int nt) {
                     }
                 }
         for (tap = 0; tap < ntap; tap++) {
-            const int off = tap / kwn * a->DH * Wq + tap % kwn * a->F * a->DW; /* folded: the row's first tap */
+            const int off = gdl__aconv_off(a, tap);
             const uint16_t *xv = off % 2 ? xv1 + (size_t)(off - 1) / 2 * Cp * 2 : xv0 + (size_t)off / 2 * Cp * 2;
             for (ob = 0; ob < d->nob; ob++)
                 for (cb = 0; cb < a->ncb; cb++) {
@@ -1172,7 +1179,7 @@ static void gdl__agw_task(void *p, int t, int nt) {
 /* The weight gradient (gw += ...) by the tile unit; the caller holds the pool. 0 done, 1 no memory. */
 static int gdl__agw_run(const gdl_conv_geom *g, int OC, const gdl_real *x, const gdl_real *gy, gdl_real *gw,
                         int threads) {
-    const int KK = g->KH * g->KW, F = gdl__aconv_fold(g->C, g->KW), kwn = g->KW / F, nt = g->KH * kwn;
+    const int KK = g->KH * g->KW, F = gdl__aconv_fold(g->C, g->KW), nt = g->KH * (g->KW / F);
     gdl__agw_job d;
     gdl__aconv_job *a = &d.a;
     size_t tsz, npos;
@@ -1231,7 +1238,7 @@ static int gdl__agw_run(const gdl_conv_geom *g, int OC, const gdl_real *x, const
                 }
                 for (o = 0; o < 32 && ob * 32 + o < OC; o++)
                     for (c = 0; c < 32 && cb * 32 + c < g->C * F; c++) { /* channel c' = f C + c of the row's tap f */
-                        const int cf = cb * 32 + c, tap = t / kwn * g->KW + t % kwn * F + cf / g->C;
+                        const int cf = cb * 32 + c, tap = gdl__aconv_tap(a, t, cf);
                         gw[((ptrdiff_t)(ob * 32 + o) * g->C + cf % g->C) * KK + tap] += sum[o * 32 + c];
                     }
             }
