@@ -38740,7 +38740,7 @@ static int gdl__oi_host_op(gdl__oi_run *R) {
                                       "Sub", "Mul", "Div", "Neg", "Min", "Max", "Reshape", "Range", NULL};
     const gdl__oi_node *n = R->n;
     const char *op = n->op;
-    const gdl__oi_rv *in[GDL__OX_MAX_IN];
+    const gdl__oi_rv *in[GDL__OX_MAX_IN] = {0}; /* NULL past nin: an op that takes fewer inputs than it reads */
     int64_t *y, ny = 0, k, j, tot = 0;
     int hnd = 1, found = 0;
     for (k = 0; ops[k] && !found; k++) found = !strcmp(op, ops[k]);
