@@ -1,7 +1,8 @@
 /* bench_cpu.h — what the benchmarks print about the machine they ran on:
-   the CPU's model (and whether it is emulated), the process's peak memory
-   and the bandwidth gdl_add streams, for bench/RESULTS.md; and qsort's
-   order for their repeats' times. Included after gpudl.h. */
+   the CPU's model (and whether it is emulated), the process's peak memory,
+   the bandwidth gdl_add streams and the rate of a large square GEMM, for
+   bench/RESULTS.md; and qsort's order for their repeats' times. Included
+   after gpudl.h. */
 #ifndef GPUDL_BENCH_CPU_H
 #define GPUDL_BENCH_CPU_H
 #include <math.h>
@@ -52,7 +53,7 @@ static const char *bench_cpu_model(void) {
 
 /* The process's peak resident set (VmHWM of /proc/self/status) in MiB; NAN
    where there is no such file. */
-static double bench_peak_rss_mib(void) {
+static inline double bench_peak_rss_mib(void) {
     char line[256];
     double kib = -1;
     FILE *f = fopen("/proc/self/status", "r");
@@ -86,6 +87,27 @@ static inline double bench_add_bandwidth_gbs(gdl_device dev, double (*now)(void)
     gdl_free(a);
     gdl_free(c);
     return best > 0 ? 3.0 * 4 * (double)n / best * 1e-9 : NAN;
+}
+
+/* The rate of gdl_gemm_cpu on n x n x n (NN), GFLOP/s, timed by now: the fastest of 5 after a warm-up.
+   What the FLOP ops of a net could reach on this machine at its thread count: a large square GEMM is
+   the best case of the CPU's GEMM (the nets' shapes are smaller or thinner). NAN without memory. */
+static inline double bench_gemm_gflops(int n, double (*now)(void)) {
+    const size_t nn = (size_t)n * n;
+    gdl_real *a = (gdl_real *)malloc(3 * nn * sizeof(gdl_real));
+    double best = 0;
+    size_t i;
+    int r;
+    if (!a) return NAN;
+    for (i = 0; i < 3 * nn; i++) a[i] = (gdl_real)((i * 2654435761u) % 1024) / 1024 - (gdl_real)0.5;
+    for (r = 0; r < 6; r++) {
+        double t0 = now(), t;
+        gdl_gemm_cpu(0, 0, n, n, n, 1, a, n, a + nn, n, 0, a + 2 * nn, n);
+        t = now() - t0;
+        if (r > 0 && (best == 0 || t < best)) best = t; /* r = 0: pages first touched, the pool started */
+    }
+    free(a);
+    return best > 0 ? 2.0 * n * (double)nn / best * 1e-9 : NAN;
 }
 
 #endif

@@ -1,6 +1,8 @@
 /* bench/conv.c — the CPU convolution kernels one pass at a time: for each
    3x3 convolution of the speedrun's net (examples/speedrun.c, batch 256) and
-   the CNN recipe's (bench/train.c rcnn, batch 128), the forward, the input
+   the CNN recipe's (bench/train.c rcnn, batch 128), resnet10's stride-1
+   ones (three convolutions each, 84 % of its FLOPs) and examples/cnn.c's
+   (batch 64), the forward, the input
    gradient and the weight gradient, in ms and as a share of the measured
    FMA peak of the threads (gdl_cpu_peak_gflops).
 
@@ -41,6 +43,8 @@ static const bench_conv_shape bench_conv_shapes[] = {
     {"speedrun 64->64 @7", 256, 64, 64, 7, 0, 0},   {"speedrun 64->128 @7", 256, 64, 128, 7, 0, 0},
     {"speedrun 128->128 @3", 256, 128, 128, 3, 0, 0}, {"rcnn 1->32 @28", 128, 1, 32, 28, 0, 1},
     {"rcnn 32->64 @14", 128, 32, 64, 14, 0, 0},     {"rcnn 64->128 @7", 128, 64, 128, 7, 0, 0},
+    {"resnet10 64->64 @14", 128, 64, 64, 14, 0, 0}, {"resnet10 128->128 @7", 128, 128, 128, 7, 0, 0},
+    {"cnn 1->32 @28", 64, 1, 32, 28, 0, 1},         {"cnn 32->64 @14", 64, 32, 64, 14, 0, 0},
 };
 
 typedef struct {

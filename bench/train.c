@@ -40,8 +40,9 @@
           the ops that do the counted FLOPs (linear, matmul, convolution, attention, forward and
           backward) and all the others; the first group's GFLOP/s and share of the peak, the
           others' time and largest rows, the utilisation the net would reach if the first group
-          ran at the peak and the others as they are, and the time the step arena's traffic
-          (written once, read twice) takes at the bandwidth gdl_add streams
+          ran at the peak and the others as they are, the same with the first group at the rate
+          of a 1024^3 GEMM here (the CPU GEMM's best case), and the time the step arena's
+          traffic (written once, read twice) takes at the bandwidth gdl_add streams
           BENCH_FP32_PRECISION=bf16: the CPU's GEMMs and convolutions on AMX's tile unit (or AVX512-BF16)
           (gdl_cpu_set_fp32_precision; the utilisation then against the bf16 products' peak)
           BENCH_CLOCK=cpu: the process's CPU time (clock()) instead of the wall clock, for
@@ -204,7 +205,7 @@ static double run_steps(bnet *b, int steps, double *issue) {
 }
 
 /* BENCH_BOUND=1: what bounds the net's utilisation (see the top). med: seconds a step, timed. */
-static void print_bound(bnet *b, double med, double peak_gflops, double bw_gbs) {
+static void print_bound(bnet *b, double med, double peak_gflops, double bw_gbs, double gemm_gflops) {
     const gdl_profile_row *rows;
     double flop_ms = 0, total_ms, other_ms, ideal_s;
     int nr, i, steps = 10;
@@ -221,6 +222,10 @@ static void print_bound(bnet *b, double med, double peak_gflops, double bw_gbs) 
            "other ops and overhead %.3f ms (%.0f %%); with the FLOP ops at the peak: %.1f %% of peak\n",
            b->name, total_ms, med * 1e3, flop_ms, b->flops * 1e-6 / flop_ms, 100 * b->flops * 1e-6 / flop_ms / peak_gflops,
            other_ms, 100 * other_ms / total_ms, 100 * b->flops / ideal_s * 1e-9 / peak_gflops);
+    /* the same at the rate the CPU's GEMM reaches at its best here: nearer what the kernels can do */
+    ideal_s = b->flops / (gemm_gflops * 1e9) + other_ms * 1e-3;
+    printf("bound %s: with the FLOP ops at the 1024^3 GEMM's %.1f GFLOP/s (%.1f %% of peak): %.1f %% of peak\n", b->name,
+           gemm_gflops, 100 * gemm_gflops / peak_gflops, 100 * b->flops / ideal_s * 1e-9 / peak_gflops);
     for (i = 0; i < nr && i < 8; i++)
         if (!ex_flop_op(rows[i].name))
             printf("bound %s:   %-36s %8.3f ms/step\n", b->name, rows[i].name, rows[i].total_ms / steps);
@@ -234,7 +239,7 @@ int main(int argc, char **argv) {
     static const char *const defaults[] = {"mlp", "cnn", "fc10", "fc50"};
     const char *const *nets = argc > 1 ? (const char *const *)(argv + 1) : defaults;
     int nnets = argc > 1 ? argc - 1 : 4, k, threads = gdl_get_num_threads();
-    double bound_bw = 0; /* BENCH_BOUND=1 on the CPU: gdl_add's bandwidth */
+    double bound_bw = 0, bound_gemm = 0; /* BENCH_BOUND=1 on the CPU: gdl_add's bandwidth, the GEMM's best rate */
     gdl_device dev = gdl_default_device();
     if (getenv("BENCH_FP32_PRECISION") && gdl_cpu_set_fp32_precision(getenv("BENCH_FP32_PRECISION")) != 0) {
         fprintf(stderr, "%s\n", gdl_last_error());
@@ -261,6 +266,8 @@ int main(int argc, char **argv) {
     if (getenv("BENCH_BOUND") && !strcmp(getenv("BENCH_BOUND"), "1") && dev.type == GDL_DEVICE_CPU) {
         bound_bw = bench_add_bandwidth_gbs(dev, bench_now);
         printf("gdl_add streams %.1f GB/s (two 64 MiB inputs, one output; fastest of 5)\n", bound_bw);
+        bound_gemm = bench_gemm_gflops(1024, bench_now);
+        printf("gdl_gemm_cpu at 1024^3 runs at %.1f GFLOP/s (fastest of 5)\n", bound_gemm);
     }
     printf("%-14s %6s %12s %12s %10s %10s %9s %11s %9s\n", "net", "batch", "ms/step", "samples/s", "GFLOP/step", "GFLOP/s",
            "peak MiB", "host us/st", "launch/st");
@@ -324,7 +331,7 @@ int main(int argc, char **argv) {
                 printf("cores %s: %.2f held by its %d threads while timed (CPU time / wall time)\n", b.name, cores,
                        threads);
             }
-            if (bound_bw > 0) print_bound(&b, med, gdl_cpu_peak_gflops(0), bound_bw);
+            if (bound_bw > 0) print_bound(&b, med, gdl_cpu_peak_gflops(0), bound_bw, bound_gemm);
         }
         fflush(stdout);
         gdl_graph_free(b.graph);
