@@ -205,9 +205,9 @@ static double run_steps(bnet *b, int steps, double *issue) {
 }
 
 /* BENCH_BOUND=1: what bounds the net's utilisation (see the top). med: seconds a step, timed. */
-static void print_bound(bnet *b, double med, double peak_gflops, double bw_gbs, double gemm_gflops) {
+static void print_bound(bnet *b, double med, double peak_gflops, double bw_gbs, double *gemm_gflops) {
     const gdl_profile_row *rows;
-    double flop_ms = 0, total_ms, other_ms, ideal_s;
+    double flop_ms = 0, total_ms, other_ms, ideal_s, gemm;
     int nr, i, steps = 10;
     double t0 = bench_now();
     if (gdl_profile_begin() < 0) return;
@@ -222,10 +222,15 @@ static void print_bound(bnet *b, double med, double peak_gflops, double bw_gbs, 
            "other ops and overhead %.3f ms (%.0f %%); with the FLOP ops at the peak: %.1f %% of peak\n",
            b->name, total_ms, med * 1e3, flop_ms, b->flops * 1e-6 / flop_ms, 100 * b->flops * 1e-6 / flop_ms / peak_gflops,
            other_ms, 100 * other_ms / total_ms, 100 * b->flops / ideal_s * 1e-9 / peak_gflops);
-    /* the same at the rate the CPU's GEMM reaches at its best here: nearer what the kernels can do */
-    ideal_s = b->flops / (gemm_gflops * 1e9) + other_ms * 1e-3;
-    printf("bound %s: with the FLOP ops at the 1024^3 GEMM's %.1f GFLOP/s (%.1f %% of peak): %.1f %% of peak\n", b->name,
-           gemm_gflops, 100 * gemm_gflops / peak_gflops, 100 * b->flops / ideal_s * 1e-9 / peak_gflops);
+    /* the same at the rate the CPU's GEMM reaches at its best here, nearer what the kernels can do: timed
+       again after each net and the fastest kept, since a shared VM can run 2 threads at 1 thread's speed
+       for seconds (bench/RESULTS.md, the convolutions); never below the net's own FLOP ops' rate */
+    gemm = bench_gemm_gflops(1024, bench_now);
+    if (!(*gemm_gflops >= gemm)) *gemm_gflops = gemm;
+    gemm = *gemm_gflops > b->flops * 1e-6 / flop_ms ? *gemm_gflops : b->flops * 1e-6 / flop_ms;
+    ideal_s = b->flops / (gemm * 1e9) + other_ms * 1e-3;
+    printf("bound %s: with the FLOP ops at the 1024^3 GEMM's %.1f GFLOP/s (%.1f %% of peak; the fastest timed so far): "
+           "%.1f %% of peak\n", b->name, gemm, 100 * gemm / peak_gflops, 100 * b->flops / ideal_s * 1e-9 / peak_gflops);
     for (i = 0; i < nr && i < 8; i++)
         if (!ex_flop_op(rows[i].name))
             printf("bound %s:   %-36s %8.3f ms/step\n", b->name, rows[i].name, rows[i].total_ms / steps);
@@ -331,7 +336,7 @@ int main(int argc, char **argv) {
                 printf("cores %s: %.2f held by its %d threads while timed (CPU time / wall time)\n", b.name, cores,
                        threads);
             }
-            if (bound_bw > 0) print_bound(&b, med, gdl_cpu_peak_gflops(0), bound_bw, bound_gemm);
+            if (bound_bw > 0) print_bound(&b, med, gdl_cpu_peak_gflops(0), bound_bw, &bound_gemm);
         }
         fflush(stdout);
         gdl_graph_free(b.graph);
