@@ -25,7 +25,7 @@
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA examples/char_gpt.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -o char_gpt
    Run:   ./char_gpt [--steps N] [--layers N] [--heads N] [--width N] [--context N] [--batch-size N]
                      [--device cpu|cuda] [--amp bf16|f16] [--csv FILE] [--temperature X] [--top-k N] [--prompt TEXT]
-                     [--save FILE] [--load FILE] [--out-dir DIR] ...
+                     [--save FILE] [--load FILE] [--out-dir DIR] [--fp32-precision ieee|bf16] ...
           (--help lists them all; the data: `make data-text`, or --data DIR holding the fortunes) */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
@@ -573,7 +573,8 @@ int main(int argc, char **argv) {
 
     setvbuf(stdout, NULL, _IOLBF, 0); /* status lines and errors in the order they happen, also when piped */
     a.data_help = "the fortunes' folder (default: $GPUDL_DATA/fortunes, ./data/fortunes, /usr/share/games/fortunes)";
-    parsed = ex_parse_opts(&a, argc, argv, EX_DATA | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_PROFILE | EX_AMP | EX_OUT_DIR,
+    parsed = ex_parse_opts(&a, argc, argv, EX_DATA | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_PROFILE | EX_AMP | EX_OUT_DIR |
+                           EX_PRECISION,
                            "Trains a character-level GPT (nanoGPT's) on Debian's English fortunes, then samples from it.",
                            extra, (int)(sizeof extra / sizeof extra[0]));
     if (parsed) return parsed == 1 ? 0 : 2;
@@ -626,6 +627,8 @@ int main(int argc, char **argv) {
            gdl_device_str(a.device), gdl_device_name(a.device), c.n_layer, c.n_head, c.n_embd, c.block_size, r.B,
            gdl_module_num_params(r.model) / 1e6, c.dropout);
     if (r.amp != GDL_F32) printf("mixed precision: autocast to %s%s\n", gdl_dtype_name(r.amp), r.scaler ? ", GradScaler" : "");
+    if (strcmp(gdl_cpu_get_fp32_precision(), "ieee") && a.device.type == GDL_DEVICE_CPU)
+        printf("fp32 precision: %s (the CPU's matrix products; PyTorch's twin runs ieee)\n", gdl_cpu_get_fp32_precision());
     printf("data: English fortunes, %lld training and %lld validation characters, vocabulary %d (ln %d = %.3f)\n",
            (long long)d.n_train, (long long)d.n_val, c.vocab_size, c.vocab_size, log((double)c.vocab_size));
     if (a.profile && gdl_profile_begin() < 0) goto fail;

@@ -28,7 +28,8 @@ static int is_cifar_dir(const char *dir) {
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* status lines and errors in the order they happen, also when piped */
     ex_args a = ex_defaults(5, 64);
-    int parsed = ex_parse(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_PROFILE | EX_OUT_DIR | EX_SUBSET,
+    int parsed = ex_parse(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_PROFILE | EX_OUT_DIR | EX_SUBSET |
+                          EX_PRECISION,
                           "Trains a small CNN on Fashion-MNIST, or on CIFAR-10 when --data names its folder.");
     const char *dir = a.data;
     int epochs = a.epochs, cifar = is_cifar_dir(dir), C = cifar ? 3 : 1, side = cifar ? 32 : 28;

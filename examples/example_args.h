@@ -19,6 +19,9 @@
    --out-dir DIR     where the files the example writes go (default: the
                      current directory); a relative FILE given to --csv or
                      to an example's own output option is taken inside it
+   --fp32-precision P  the CPU's f32 matrix products (gdl_cpu_set_fp32_precision):
+                     ieee (the default) or bf16; where the CPU has no bf16 path
+                     a line says so and the run stays in ieee
    --help            the usage, exit status 0
 
    Every file an example will write (its CSV, saved models) is checked
@@ -45,7 +48,8 @@
 #include <string.h>
 
 enum { EX_DATA = 1, EX_EPOCHS = 2, EX_BATCH = 4, EX_DEVICE = 8, EX_SEED = 16, EX_CSV = 32, EX_PROFILE = 64, EX_AMP = 128,
-       EX_SUBSET = 256 /* --train-subset and --test-subset */, EX_OUT_DIR = 512 };
+       EX_SUBSET = 256 /* --train-subset and --test-subset */, EX_OUT_DIR = 512,
+       EX_PRECISION = 1024 /* --fp32-precision: gdl_cpu_set_fp32_precision, set by the parser */ };
 
 #define EX_MAX_PATHS 8     /* output files an example names (its CSV, models) */
 #define EX_PATH_MAX 1024
@@ -61,6 +65,7 @@ typedef struct ex_args {
     int64_t train_subset, test_subset; /* --train-subset, --test-subset; 0: the whole set */
     const char *data_help; /* --help's text for --data when the data is not Fashion-MNIST; NULL: that one */
     const char *out_dir;   /* --out-dir; NULL: the current directory */
+    const char *fp32_precision; /* --fp32-precision: "ieee" or "bf16"; NULL: not given (ieee) */
     char paths[EX_MAX_PATHS][EX_PATH_MAX]; /* output paths joined to out_dir (ex_out_path) */
     int n_paths;
 } ex_args;
@@ -109,6 +114,9 @@ static void ex_usage(FILE *f, const char *prog, const char *about, unsigned take
         fprintf(f, "  --test-subset N   test on the first N test samples only (default: all)\n");
     }
     if (takes & EX_OUT_DIR) fprintf(f, "  --out-dir DIR     where the files it writes go (default: the current directory)\n");
+    if (takes & EX_PRECISION)
+        fprintf(f, "  --fp32-precision P\n%20sthe CPU's f32 matrix products: ieee, or bf16 (operands rounded to bf16; AMX or\n"
+                   "%20sAVX512-BF16 where the CPU has one, else ieee) (default ieee)\n", "", "");
     for (k = 0; k < n_extra; k++) { /* defaults: the values before parsing */
         const ex_opt *o = &extra[k];
         char arg[64];
@@ -384,7 +392,8 @@ static int ex_parse_opts(ex_args *a, int argc, char **argv, unsigned takes, cons
     static const struct { const char *name; unsigned bit; } flags[] = {
         {"--data", EX_DATA}, {"--epochs", EX_EPOCHS}, {"--batch-size", EX_BATCH},
         {"--device", EX_DEVICE}, {"--seed", EX_SEED}, {"--csv", EX_CSV}, {"--profile", EX_PROFILE},
-        {"--amp", EX_AMP}, {"--train-subset", EX_SUBSET}, {"--test-subset", EX_SUBSET}, {"--out-dir", EX_OUT_DIR}};
+        {"--amp", EX_AMP}, {"--train-subset", EX_SUBSET}, {"--test-subset", EX_SUBSET}, {"--out-dir", EX_OUT_DIR},
+        {"--fp32-precision", EX_PRECISION}};
     ex_value pending[EX_MAX_EXTRA];
     int given[EX_MAX_EXTRA] = {0}, x;
     const char *prog = argc > 0 ? argv[0] : "example";
@@ -473,6 +482,13 @@ static int ex_parse_opts(ex_args *a, int argc, char **argv, unsigned takes, cons
                 return 2;
             }
             break;
+        case EX_PRECISION:
+            if (strcmp(val, "ieee") && strcmp(val, "bf16")) {
+                fprintf(stderr, "%s: --fp32-precision '%s': expected ieee or bf16\n", prog, val);
+                return 2;
+            }
+            a->fp32_precision = val;
+            break;
         case EX_SUBSET:
             if (ex_number(val, 1, (unsigned long long)1 << 40, &n) < 0) {
                 fprintf(stderr, "%s: %s '%s': expected a whole number from 1 to 2^40\n", prog, flags[k].name, val);
@@ -511,6 +527,8 @@ static int ex_parse_opts(ex_args *a, int argc, char **argv, unsigned takes, cons
         if (extra[x].kind != 'o' || !*p) continue;
         if (!(*p = ex_out_path(a, *p)) || ex_check_writable(prog, extra[x].name, *p) < 0) return 2;
     }
+    /* bf16 where the CPU has no path for it: a line, and the run goes on in ieee (what PyTorch's setting does) */
+    if (a->fp32_precision && gdl_cpu_set_fp32_precision(a->fp32_precision) < 0) printf("%s: %s\n", prog, gdl_last_error());
     return 0;
 }
 

@@ -33,7 +33,8 @@ int main(int argc, char **argv) {
 
     a.seed = 1;
     a.csv = "keras_style_metrics.csv";
-    parsed = ex_parse_opts(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_OUT_DIR,
+    parsed = ex_parse_opts(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_OUT_DIR |
+                           EX_PRECISION,
                            "Keras-style summary / fit / evaluate / save of an MLP with batch norm on Fashion-MNIST.",
                            extra, 1);
     if (parsed) return parsed == 1 ? 0 : 2;

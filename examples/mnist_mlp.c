@@ -54,7 +54,8 @@ int main(int argc, char **argv) {
     for (k = 1; k < argc && strcmp(argv[k], "--recipe"); k++) {}
     a = k < argc ? ex_defaults(RECIPE_EPOCHS, EX_RECIPE_BATCH) : ex_defaults(5, 64);
     a.csv = "mnist_mlp_metrics.csv";
-    switch (ex_parse_opts(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_PROFILE | EX_AMP | EX_OUT_DIR,
+    switch (ex_parse_opts(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_PROFILE | EX_AMP | EX_OUT_DIR |
+                          EX_PRECISION,
                           "Trains an MLP on Fashion-MNIST (784-128-10 with Adam, or with --recipe the MLP recipe) "
                           "and prints the test accuracy.", extra, 1)) {
     case 1: return 0;

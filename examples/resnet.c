@@ -32,7 +32,8 @@ int main(int argc, char **argv) {
 
     setvbuf(stdout, NULL, _IOLBF, 0); /* status lines and errors in the order they happen, also when piped */
     a.csv = "resnet_metrics.csv";
-    parsed = ex_parse(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_SUBSET | EX_OUT_DIR,
+    parsed = ex_parse(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_SUBSET | EX_OUT_DIR |
+                      EX_PRECISION,
                       "Trains a small ResNet on Fashion-MNIST with a full training recipe (see the source's top).");
     if (parsed) return parsed == 1 ? 0 : 2;
     printf("device: %s (%s)\n", gdl_device_str(a.device), gdl_device_name(a.device));

@@ -1002,7 +1002,8 @@ int main(int argc, char **argv) {
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     a.data_help = "the dictionary's folder (default: $GPUDL_DATA/freedict, ./data/freedict, /usr/share/dictd)";
-    parsed = ex_parse_opts(&a, argc, argv, EX_DATA | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_PROFILE | EX_OUT_DIR,
+    parsed = ex_parse_opts(&a, argc, argv, EX_DATA | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_PROFILE | EX_OUT_DIR |
+                           EX_PRECISION,
                            "Trains an encoder-decoder Transformer to translate English words into German, character by "
                            "character, on Debian's FreeDict English-German dictionary; then decodes held-out words.",
                            extra, (int)(sizeof extra / sizeof extra[0]));

@@ -369,10 +369,10 @@ int main(int argc, char **argv) {
     /* the defaults: 5 seeds, widths from --widths below, no progress passes, two convs a group, the head
        from --head below, flips and moves at test time, peak lr 0.2, target 93.5 % */
     sr_opts o = {5, {0, 0, 0}, 0, 2, 0, 2, 0.2, 93.5, ""};
-    const char *widths = "32,64,128", *head = "flat", *precision = "ieee";
+    const char *widths = "32,64,128", *head = "flat";
     double accs[100], secs[100], sa = 0, ss = 0, qa = 0, qs = 0;
     int parsed, s, failed = 0, missed = 0;
-    ex_opt extra[9];
+    ex_opt extra[8];
     extra[0] = (ex_opt){"--seeds", 'i', &o.seeds, 1, 100, "runs, seeds --seed, --seed + 1, ...", NULL};
     extra[1] = (ex_opt){"--target", 'd', &o.target, 1, 100, "the test accuracy (percent) every seed must reach", NULL};
     extra[2] = (ex_opt){"--widths", 's', &widths, 0, 0, "the three conv groups' channels, A,B,C (default 32,64,128)", "A,B,C"};
@@ -382,10 +382,8 @@ int main(int argc, char **argv) {
     extra[6] = (ex_opt){"--head", 's', &head, 0, 0, "the last 3x3 map into the linear layer: flat (flattened) or pool "
                         "(max-pooled to 1x1) (default flat)", "HEAD"};
     extra[7] = (ex_opt){"--tta", 'i', &o.tta, 0, 2, "test-time augmentation: 0 none, 1 flips, 2 flips and one-pixel moves", NULL};
-    extra[8] = (ex_opt){"--fp32-precision", 's', &precision, 0, 0, "the convolutions' and GEMMs' internal precision: "
-                        "ieee (f32) or bf16 (AMX's tile unit or AVX512-BF16's dot products, where the CPU has one; ieee elsewhere)", "P"};
     setvbuf(stdout, NULL, _IOLBF, 0);
-    parsed = ex_parse_opts(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_SUBSET | EX_PROFILE,
+    parsed = ex_parse_opts(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_SUBSET | EX_PROFILE | EX_PRECISION,
                            "Fashion-MNIST to --target % test accuracy in the least wall time, end to end, over --seeds "
                            "runs.", extra, (int)(sizeof extra / sizeof extra[0]));
     if (parsed) return parsed == 1 ? 0 : 2;
@@ -396,11 +394,6 @@ int main(int argc, char **argv) {
         return 2;
     }
     o.flat_head = !strcmp(head, "flat");
-    if (strcmp(precision, "ieee") && strcmp(precision, "bf16")) {
-        fprintf(stderr, "speedrun: --fp32-precision wants ieee or bf16, got %s\n", precision);
-        return 2;
-    }
-    if (gdl_cpu_set_fp32_precision(precision) < 0) printf("speedrun: %s\n", gdl_last_error());
     printf("speedrun: %s (%s), %d threads, fp32 precision %s, widths %d,%d,%d, %d conv%s a group, %s head, tta %d, "
            "batch %d, %d epochs, lr %g, target %.2f %%\n", gdl_device_str(a.device), gdl_device_name(a.device),
            gdl_get_num_threads(), gdl_cpu_get_fp32_precision(),

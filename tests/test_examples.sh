@@ -135,6 +135,7 @@ expect 2 "\-\-prompt needs a value" "$b/char_gpt" --prompt
 expect 2 "unknown option '--epochs'" "$b/char_gpt" --epochs 1
 expect 2 "unexpected argument 'x'" "$b/char_gpt" x
 expect 2 "\-\-amp 'f32': expected bf16 or f16" "$b/char_gpt" --amp f32
+expect 2 "\-\-fp32-precision 'f16': expected ieee or bf16" "$b/char_gpt" --fp32-precision f16
 expect 2 "\-\-width must be a multiple of \-\-heads" "$b/char_gpt" --width 30 --heads 4
 expect 2 "\-\-warmup must be below \-\-steps" "$b/char_gpt" --steps 10 --warmup 10
 expect 1 "English fortunes are not all in $t/none .*make data-text" "$b/char_gpt" --data "$t/none" --steps 1
@@ -185,8 +186,21 @@ if [ -x "$b/emu_char_gpt" ]; then
     gpt_tiny_run gpt_emu_f16 "^mixed precision: autocast to f16, GradScaler$" "$b/emu_char_gpt" --device cuda --amp f16
     gpt_agree 5e-3 "$t/gpt_cpu" "$t/gpt_emu_f16"
     expect 1 "" cmp -s "$t/gpt_cpu" "$t/gpt_emu_f16"
+    # --fp32-precision bf16 (the examples' shared flag): where the CPU has a bf16 path, the matrix products'
+    # operands rounded (within 5e-3 of the f32 losses, not equal to them); elsewhere a line says the
+    # precision stays ieee and the run is ieee's, bit for bit
+    gpt_tiny_run gpt_cpu_p16 "^fp32 precision: bf16 \|the precision stays \"ieee\"" "$b/char_gpt" --device cpu \
+        --fp32-precision bf16
+    cp "$t/out" "$t/gpt_p16.out"
+    if grep -q "^fp32 precision: bf16 " "$t/gpt_p16.out"; then
+        gpt_agree 5e-3 "$t/gpt_cpu" "$t/gpt_cpu_p16"
+        expect 1 "" cmp -s "$t/gpt_cpu" "$t/gpt_cpu_p16"
+    else
+        expect 0 "" cmp -s "$t/gpt_cpu" "$t/gpt_cpu_p16"
+        expect 1 "" grep -q "^fp32 precision: " "$t/gpt_p16.out"
+    fi
 else
-    skip=$((skip + 11)); echo "  SKIP char_gpt on the CUDA emulator: $b/emu_char_gpt not built (make $b/emu_char_gpt)"
+    skip=$((skip + 14)); echo "  SKIP char_gpt on the CUDA emulator: $b/emu_char_gpt not built (make $b/emu_char_gpt)"
 fi
 # speedrun: its own flags, refused when bad
 expect 0 "^  --widths A,B,C " "$b/speedrun" --help
@@ -197,6 +211,8 @@ expect 2 "\-\-target '101'" "$b/speedrun" --target 101
 expect 2 "\-\-head wants flat or pool, got avg" "$b/speedrun" --head avg
 expect 2 "\-\-convs '3'" "$b/speedrun" --convs 3
 expect 2 "\-\-tta '3'" "$b/speedrun" --tta 3
+expect 2 "\-\-fp32-precision 'x': expected ieee or bf16" "$b/speedrun" --fp32-precision x
+expect 0 "^  --fp32-precision P$" "$b/speedrun" --help
 if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
     expect 0 "test accuracy [0-9]" "$b/mnist_mlp" --epochs 2 --device cpu --batch-size 128 --seed 3 --csv "$t/m.csv"
     # the metrics CSV: a header and one row per epoch, drawn by tools/plot.sh

@@ -258,7 +258,7 @@
    fp32_precision) lets the GEMMs and the stride-1 convolutions round their
    operands to bf16 and sum in f32 on AMX's tile unit, or with AVX512-BF16's
    dot products, where the CPU has one (it returns -1 elsewhere);
-   examples/speedrun.c --fp32-precision bf16.
+   the training examples' --fp32-precision bf16 (speedrun, char_gpt, ...).
 
    Master weights
    --------------
