@@ -977,19 +977,20 @@ static void gdl__gelu_rows(const gdl_real *x, gdl_real *y, int64_t n); /* exact 
 /* One row of the epilogue without an activation other than ReLU: c = c + (bias ? bias[j] : b), pre = c,
    then the ReLU (relu set), in vectors on the SIMD paths (on a K of 128 the scalar loop cost a quarter of
    the tile's multiply-adds), each lane the scalar loop's arithmetic */
+/* the vectors of the epilogue and of gdl__gemm_put on the SIMD paths: GDL__EPI_W floats a register */
+#if defined(GDL__GEMM_AVX512)
+#define GDL__EPI_W 16
+#define GDL__EPI(op) _mm512_##op
+typedef __m512 gdl__epi_v;
+#elif defined(GDL__GEMM_AVX2)
+#define GDL__EPI_W 8
+#define GDL__EPI(op) _mm256_##op
+typedef __m256 gdl__epi_v;
+#endif
 static void gdl__gemm_epi_row(gdl_real *GDL__RESTRICT c, gdl_real *GDL__RESTRICT pre,
                               const gdl_real *GDL__RESTRICT bias, int add, gdl_real b, int relu, int n) {
     int j = 0;
-#if defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_AVX2)
-#ifdef GDL__GEMM_AVX512
-#define GDL__EPI_W 16
-#define GDL__EPI(op) _mm512_##op
-    typedef __m512 gdl__epi_v;
-#else
-#define GDL__EPI_W 8
-#define GDL__EPI(op) _mm256_##op
-    typedef __m256 gdl__epi_v;
-#endif
+#ifdef GDL__EPI_W
     const gdl__epi_v vb = GDL__EPI(set1_ps)(b), zero = GDL__EPI(setzero_ps)();
     for (; j + GDL__EPI_W <= n; j += GDL__EPI_W) {
         gdl__epi_v v = GDL__EPI(loadu_ps)(c + j);
@@ -999,8 +1000,6 @@ static void gdl__gemm_epi_row(gdl_real *GDL__RESTRICT c, gdl_real *GDL__RESTRICT
         if (relu) v = GDL__EPI(max_ps)(v, zero); /* v > 0 ? v : 0: max returns its second operand unless v > 0 */
         GDL__EPI(storeu_ps)(c + j, v);
     }
-#undef GDL__EPI_W
-#undef GDL__EPI
 #endif
     for (; j < n; j++) {
         gdl_real v = c[j];
@@ -1089,11 +1088,6 @@ static void gdl__gemm_simple(const gdl__gemm_args *g, int kc_blk) {
 
 /* C[i0:i0+m, j0:j0+n] = tmp + beta*C, tmp an MR x NR tile (the kernel's
    alpha*AB), product by product when the columns span several. */
-#if defined(GDL__GEMM_AVX512)
-typedef __m512 gdl__epi_put_v;
-#elif defined(GDL__GEMM_AVX2)
-typedef __m256 gdl__epi_put_v;
-#endif
 static void gdl__gemm_put(const gdl__gemm_args *g, const gdl_real *tmp, gdl_real beta, int i0, int m, int j0, int n) {
     int t = 0, i, j;
     while (t < n) {
@@ -1104,26 +1098,17 @@ static void gdl__gemm_put(const gdl__gemm_args *g, const gdl_real *tmp, gdl_real
             const gdl_real *ti = tmp + i * GDL__GEMM_NR + t;
             gdl_real *ci = c + i * g->ldc;
             j = 0;
-#if defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_AVX2)
+#ifdef GDL__EPI_W
             /* in vectors whatever the optimisation level (gcc -O2 left these loops scalar: a tenth of char_gpt's
                bf16 step), each lane the scalar loop's arithmetic: a product, then a sum, no fused multiply-add */
-#ifdef GDL__GEMM_AVX512
-#define GDL__PUT_W 16
-#define GDL__PUT(op) _mm512_##op
-#else
-#define GDL__PUT_W 8
-#define GDL__PUT(op) _mm256_##op
-#endif
-            for (; j + GDL__PUT_W <= len; j += GDL__PUT_W) {
-                const gdl__epi_put_v v = GDL__PUT(loadu_ps)(ti + j);
-                if (beta == 0) GDL__PUT(storeu_ps)(ci + j, v);
-                else if (beta == 1) GDL__PUT(storeu_ps)(ci + j, GDL__PUT(add_ps)(v, GDL__PUT(loadu_ps)(ci + j)));
+            for (; j + GDL__EPI_W <= len; j += GDL__EPI_W) {
+                const gdl__epi_v v = GDL__EPI(loadu_ps)(ti + j);
+                if (beta == 0) GDL__EPI(storeu_ps)(ci + j, v);
+                else if (beta == 1) GDL__EPI(storeu_ps)(ci + j, GDL__EPI(add_ps)(v, GDL__EPI(loadu_ps)(ci + j)));
                 else
-                    GDL__PUT(storeu_ps)(ci + j, GDL__PUT(add_ps)(v, GDL__PUT(mul_ps)(GDL__PUT(set1_ps)(beta),
-                                                                                    GDL__PUT(loadu_ps)(ci + j))));
+                    GDL__EPI(storeu_ps)(ci + j, GDL__EPI(add_ps)(v, GDL__EPI(mul_ps)(GDL__EPI(set1_ps)(beta),
+                                                                                    GDL__EPI(loadu_ps)(ci + j))));
             }
-#undef GDL__PUT_W
-#undef GDL__PUT
 #endif
             if (beta == 0)
                 for (; j < len; j++) ci[j] = ti[j];
