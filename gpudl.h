@@ -3903,6 +3903,25 @@ void gdl_cuda_set_tf32(int on);               /* off by default, as PyTorch's ma
 #else
 #define GDL__RESTRICT
 #endif
+/* A loop over an array of SIMD registers unrolled whatever the optimisation level: at -O2 gcc 12 leaves such
+   loops rolled and the array in memory, each vector op then waiting on a store and a load (the bf16 dot
+   kernel's sums: char_gpt's linear layers 1.3x slower; the convolutions' 16x16 transposes) */
+#if defined(__GNUC__)
+#define GDL__UNROLL _Pragma("GCC unroll 16")
+#else
+#define GDL__UNROLL
+#endif
+/* The kernels' loops over n elements are written for the vectoriser, but gcc's -O2, the level most builds
+   use, vectorises only loops whose trip count it knows (gcc 12's "very-cheap" cost model; before gcc 12, none):
+   gdl_add ran at half of -O3's speed. So the implementation is compiled with -O3's vectoriser settings at
+   -O1 and -O2 (not at -O0 or -Os); a vectorised loop gives the scalar loop's bits (gcc reassociates no sum
+   without -ffast-math). Undone at the implementation's end (src/impl_end.h). clang's -O2 vectorises. */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__INTEL_COMPILER) && defined(__OPTIMIZE__) &&                \
+    !defined(__OPTIMIZE_SIZE__)
+#define GDL__VECTORIZE_ALL 1
+#pragma GCC push_options
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
+#endif
 
 /* ---------------------------------------------------------------------------
    src/runtime/platform.h  The one part that talks to the operating system, with a
@@ -8531,36 +8550,65 @@ static void gdl__gelu_rows(const gdl_real *x, gdl_real *y, int64_t n); /* exact 
    then the ReLU (relu set), in vectors on the SIMD paths (on a K of 128 the scalar loop cost a quarter of
    the tile's multiply-adds), each lane the scalar loop's arithmetic */
 /* the vectors of the epilogue and of gdl__gemm_put on the SIMD paths: GDL__EPI_W floats a register */
+/* and the first n < GDL__EPI_W floats of a register, by mask (gdl__epi_mask(n)), for rows' tails */
 #if defined(GDL__GEMM_AVX512)
 #define GDL__EPI_W 16
 #define GDL__EPI(op) _mm512_##op
 typedef __m512 gdl__epi_v;
+typedef __mmask16 gdl__epi_m;
+#define gdl__epi_mask(n) ((__mmask16)((1u << (n)) - 1))
+#define GDL__EPI_LOADM(p, k) _mm512_maskz_loadu_ps((k), (p))
+#define GDL__EPI_STOREM(p, k, v) _mm512_mask_storeu_ps((p), (k), (v))
 #elif defined(GDL__GEMM_AVX2)
 #define GDL__EPI_W 8
 #define GDL__EPI(op) _mm256_##op
 typedef __m256 gdl__epi_v;
+typedef __m256i gdl__epi_m;
+#define gdl__epi_mask(n) _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
+#define GDL__EPI_LOADM(p, k) _mm256_maskload_ps((p), (k))
+#define GDL__EPI_STOREM(p, k, v) _mm256_maskstore_ps((p), (k), (v))
 #endif
 static void gdl__gemm_epi_row(gdl_real *GDL__RESTRICT c, gdl_real *GDL__RESTRICT pre,
                               const gdl_real *GDL__RESTRICT bias, int add, gdl_real b, int relu, int n) {
-    int j = 0;
 #ifdef GDL__EPI_W
     const gdl__epi_v vb = GDL__EPI(set1_ps)(b), zero = GDL__EPI(setzero_ps)();
-    for (; j + GDL__EPI_W <= n; j += GDL__EPI_W) {
-        gdl__epi_v v = GDL__EPI(loadu_ps)(c + j);
-        if (bias) v = GDL__EPI(add_ps)(v, GDL__EPI(loadu_ps)(bias + j));
-        else if (add) v = GDL__EPI(add_ps)(v, vb);
-        if (pre) GDL__EPI(storeu_ps)(pre + j, v);
-        if (relu) v = GDL__EPI(max_ps)(v, zero); /* v > 0 ? v : 0: max returns its second operand unless v > 0 */
-        GDL__EPI(storeu_ps)(c + j, v);
+    gdl__epi_v v;
+    gdl__epi_m k;
+    int j = 0;
+/* one register of the row at j, loaded and stored by LOAD(p) and STORE(p, v) */
+#define GDL__EPI_ROW_STEP(LOAD, STORE)                                                                            \
+    do {                                                                                                          \
+        v = LOAD(c + j);                                                                                          \
+        if (bias) v = GDL__EPI(add_ps)(v, LOAD(bias + j));                                                        \
+        else if (add) v = GDL__EPI(add_ps)(v, vb);                                                                \
+        if (pre) STORE(pre + j, v);                                                                               \
+        if (relu) v = GDL__EPI(max_ps)(v, zero); /* v > 0 ? v : 0: max returns its second operand unless v > 0 */ \
+        STORE(c + j, v);                                                                                          \
+    } while (0)
+#define GDL__EPI_LOAD(p) GDL__EPI(loadu_ps)(p)
+#define GDL__EPI_STORE(p, x) GDL__EPI(storeu_ps)((p), (x))
+#define GDL__EPI_LOADK(p) GDL__EPI_LOADM((p), k)
+#define GDL__EPI_STOREK(p, x) GDL__EPI_STOREM((p), k, (x))
+    for (; j + GDL__EPI_W <= n; j += GDL__EPI_W) GDL__EPI_ROW_STEP(GDL__EPI_LOAD, GDL__EPI_STORE);
+    if (j < n) { /* the tail by mask: a conv's rows of 196 or 49 positions left a scalar loop a fifth of the time */
+        k = gdl__epi_mask(n - j);
+        GDL__EPI_ROW_STEP(GDL__EPI_LOADK, GDL__EPI_STOREK);
     }
-#endif
-    for (; j < n; j++) {
+#undef GDL__EPI_ROW_STEP
+#undef GDL__EPI_LOAD
+#undef GDL__EPI_STORE
+#undef GDL__EPI_LOADK
+#undef GDL__EPI_STOREK
+#else
+    int j;
+    for (j = 0; j < n; j++) {
         gdl_real v = c[j];
         if (bias) v = v + bias[j];
         else if (add) v = v + b;
         if (pre) pre[j] = v;
         c[j] = relu ? (v > 0 ? v : 0) : v;
     }
+#endif
 }
 
 static void gdl__gemm_epi_at(const gdl__gemm_args *g, gdl_real *C, gdl_real *P, int i0, int m, int j0, int n) {
@@ -8840,14 +8888,6 @@ static void gdl__tile_steps(const uint16_t *a, const uint16_t *b, const gdl__til
 #define GDL__TILE_NAME "avx512 bf16 dot"
 static int gdl__tile_grant(void) { return 1; }
 static void gdl__tile_ready(void) {}
-/* The loops over a block's 16 sum vectors unrolled whatever the optimisation level: at -O2 gcc 12 left the
-   8-row loop rolled, the sums in memory, each vdpbf16ps waiting on a store and a load (char_gpt's linear
-   layers slower in bf16 than in ieee, 1.3x) */
-#if defined(__GNUC__)
-#define GDL__TILE_UNROLL _Pragma("GCC unroll 16")
-#else
-#define GDL__TILE_UNROLL
-#endif
 static inline __m512bh gdl__bf16_pair(const uint16_t *p) { /* the pair at p, in every lane */
     int32_t v;
     memcpy(&v, p, 4);
@@ -8863,7 +8903,7 @@ static inline void gdl__tile_rows8(__m512 *c, int ns, const uint16_t *a, size_t 
         for (p = 0; p < 16; p++) {
             const __m512bh bl = (__m512bh)_mm512_loadu_si512((const void *)(b0 + s * bs + (size_t)p * ldb));
             const __m512bh bh = (__m512bh)_mm512_loadu_si512((const void *)(b1 + s * bs + (size_t)p * ldb));
-            GDL__TILE_UNROLL
+            GDL__UNROLL
             for (i = 0; i < 8; i++) {
                 const __m512bh ap = gdl__bf16_pair(a + s * as + (size_t)i * lda + 2 * p);
                 c[2 * i] = _mm512_dpbf16_ps(c[2 * i], ap, bl);
@@ -8879,14 +8919,14 @@ static void gdl__tile_steps(const uint16_t *a, const uint16_t *b, const gdl__til
         const uint16_t *ar = a + (r0 < 16 ? 0 : l->a1) + (ptrdiff_t)(r0 % 16) * (l->lda / 2);
         float *tr = t + r0 * 32;
         __m512 c[16];
-        GDL__TILE_UNROLL
+        GDL__UNROLL
         for (i = 0; i < 8; i++) {
             c[2 * i] = load ? _mm512_loadu_ps(tr + i * 32) : _mm512_setzero_ps();
             c[2 * i + 1] = load ? _mm512_loadu_ps(tr + i * 32 + 16) : _mm512_setzero_ps();
         }
         for (s = 0; s < ns; s++)
             gdl__tile_rows8(c, 1, ar + l->ao[s], 0, l->lda / 2, b + l->bo[s], b + l->bo[s] + l->b1, 0, l->ldb / 2);
-        GDL__TILE_UNROLL
+        GDL__UNROLL
         for (i = 0; i < 8; i++) {
             _mm512_storeu_ps(tr + i * 32, c[2 * i]);
             _mm512_storeu_ps(tr + i * 32 + 16, c[2 * i + 1]);
@@ -8899,10 +8939,10 @@ static void gdl__tile_kernel(int ks, const uint16_t *a0, const uint16_t *a1, con
     int r0, i;
     for (r0 = 0; r0 < 32; r0 += 8) {
         __m512 c[16];
-        GDL__TILE_UNROLL
+        GDL__UNROLL
         for (i = 0; i < 16; i++) c[i] = _mm512_setzero_ps();
         gdl__tile_rows8(c, ks, (r0 < 16 ? a0 : a1) + (size_t)(r0 % 16) * 32, 512, 32, b, b + 512, 1024, 32);
-        GDL__TILE_UNROLL
+        GDL__UNROLL
         for (i = 0; i < 8; i++) {
             _mm512_store_ps(t + (r0 + i) * 32, c[2 * i]);
             _mm512_store_ps(t + (r0 + i) * 32 + 16, c[2 * i + 1]);
@@ -11784,30 +11824,37 @@ static void gdl__dconv_tr16(const float *s, ptrdiff_t lds, int rows, float *d, p
 #if defined(GDL__GEMM_AVX512)
     __m512 r[16], u[16];
     int i;
+    GDL__UNROLL
     for (i = 0; i < 16; i++) r[i] = i < rows ? _mm512_loadu_ps(s + i * lds) : _mm512_setzero_ps();
+    GDL__UNROLL
     for (i = 0; i < 16; i += 2) { /* 2x2 blocks of elements */
         u[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
         u[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
     }
+    GDL__UNROLL
     for (i = 0; i < 16; i += 4) { /* 4x4 */
         r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(u[i]), _mm512_castps_pd(u[i + 2])));
         r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(u[i]), _mm512_castps_pd(u[i + 2])));
         r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(u[i + 1]), _mm512_castps_pd(u[i + 3])));
         r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(u[i + 1]), _mm512_castps_pd(u[i + 3])));
     }
+    GDL__UNROLL
     for (i = 0; i < 4; i++) { /* 128-bit lanes: 8x8, then 16x16 */
         u[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
         u[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
         u[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
         u[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
     }
+    GDL__UNROLL
     for (i = 0; i < 4; i++) {
         r[i] = _mm512_shuffle_f32x4(u[i], u[i + 8], 0x88);
         r[i + 8] = _mm512_shuffle_f32x4(u[i], u[i + 8], 0xdd);
         r[i + 4] = _mm512_shuffle_f32x4(u[i + 4], u[i + 12], 0x88);
         r[i + 12] = _mm512_shuffle_f32x4(u[i + 4], u[i + 12], 0xdd);
     }
-    for (i = 0; i < drows; i++) _mm512_storeu_ps(d + i * ldd, r[i]);
+    GDL__UNROLL
+    for (i = 0; i < 16; i++) /* 16, not drows: a known count, the loop unrolled, r in registers */
+        if (i < drows) _mm512_storeu_ps(d + i * ldd, r[i]);
 #else
     int c, i;
     for (c = 0; c < drows; c++)
@@ -15537,6 +15584,50 @@ static uint16_t gdl__opt_round(int low, float f) {
     q = (x >> 16) | 0x40u;                                  /* a NaN stays a (quiet) NaN */
     return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? q : r); /* a select: the loops vectorise */
 }
+#if defined(GDL__GEMM_AVX512)
+/* master weights, 8 bf16 at a time: widened exactly; rounded as gdl__opt_round (nearest even, NaN kept quiet) */
+static __m256 gdl__bf16v_load(const uint16_t *h) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)h)), 16));
+}
+static void gdl__bf16v_store(uint16_t *h, __m256 f) {
+    const __m256i x = _mm256_castps_si256(f), one = _mm256_set1_epi32(1);
+    __m256i r = _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)),
+                                 _mm256_and_si256(_mm256_srli_epi32(x, 16), one));
+    __m256i q = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    r = _mm256_blendv_epi8(_mm256_srli_epi32(r, 16), q, nan);
+    r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08); /* the 8 halves, in order, in the low 128 bits */
+    _mm_storeu_si128((__m128i *)h, _mm256_castsi256_si128(r));
+}
+#elif defined(GDL__GEMM_AVX2)
+/* the same, 4 at a time */
+static __m128 gdl__bf16v_load(const uint16_t *h) {
+    return _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)h)), 16));
+}
+static void gdl__bf16v_store(uint16_t *h, __m128 f) {
+    const __m128i x = _mm_castps_si128(f), one = _mm_set1_epi32(1);
+    __m128i r = _mm_add_epi32(_mm_add_epi32(x, _mm_set1_epi32(0x7fff)), _mm_and_si128(_mm_srli_epi32(x, 16), one));
+    __m128i q = _mm_or_si128(_mm_srli_epi32(x, 16), _mm_set1_epi32(0x40));
+    __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(x, _mm_set1_epi32(0x7fffffff)), _mm_set1_epi32(0x7f800000));
+    r = _mm_blendv_epi8(_mm_srli_epi32(r, 16), q, nan);
+    _mm_storel_epi64((__m128i *)h, _mm_packus_epi32(r, r));
+}
+#endif
+/* the optimizers' vector loops: GDL__OPT_W elements a step, in doubles (GDL__VD's ops, gdl__vd) read from and
+   rounded to floats (GDL__VF's, gdl__vf) */
+#if defined(GDL__GEMM_AVX512)
+#define GDL__OPT_W 8
+#define GDL__VD(f) _mm512_##f
+#define GDL__VF(f) _mm256_##f
+typedef __m512d gdl__vd;
+typedef __m256 gdl__vf;
+#elif defined(GDL__GEMM_AVX2)
+#define GDL__OPT_W 4
+#define GDL__VD(f) _mm256_##f
+#define GDL__VF(f) _mm_##f
+typedef __m256d gdl__vd;
+typedef __m128 gdl__vf;
+#endif
 /* The optimizers' parts update the elements [lo, hi) of the tensor a.t with
    its group's hyper-parameters (both copied: see gdl__args). */
 static void gdl__sgd_part(gdl__args a, int64_t lo, int64_t hi) {
@@ -15550,7 +15641,36 @@ static void gdl__sgd_part(gdl__args a, int64_t lo, int64_t hi) {
        version each); with first_step read from *t.step here it does not (gcc 12, -fopt-info-vec) */
     const double lr = h.lr, dampening = h.dampening, weight_decay = h.weight_decay;
     const int nesterov = h.nesterov;
-    int64_t i;
+    int64_t i = lo;
+#ifdef GDL__OPT_W
+    /* the loops below, 8 (4) elements at a time: the same operations in double, so the same bits. gcc
+       vectorises the scalar loops at -O3 only, where it unswitches them on the flags; -O2, the level most
+       builds use, left them scalar (fc10's SGD step 2x slower). Master weights in bf16 too (bg, bp); f16's
+       go to the scalar loop. */
+    if (!t.low || t.low == GDL_BF16) {
+        const uint16_t *bg = t.low ? (const uint16_t *)t.glow : NULL;
+        uint16_t *bp = t.low ? (uint16_t *)t.plow : NULL;
+        const gdl__vd vwd = GDL__VD(set1_pd)(weight_decay), vmom = GDL__VD(set1_pd)(momentum);
+        const gdl__vd vdamp = GDL__VD(set1_pd)(1 - dampening), vlr = GDL__VD(set1_pd)(lr);
+        for (; i + GDL__OPT_W <= hi; i += GDL__OPT_W) {
+            const gdl__vd pi = GDL__VD(cvtps_pd)(GDL__VF(loadu_ps)(p + i));
+            gdl__vd d = GDL__VD(cvtps_pd)(bg ? gdl__bf16v_load(bg + i) : GDL__VF(loadu_ps)(g + i));
+            gdl__vf pn;
+            d = GDL__VD(add_pd)(d, GDL__VD(mul_pd)(vwd, pi));
+            if (momentum != 0) {
+                gdl__vd b = d;
+                if (!first_step)
+                    b = GDL__VD(add_pd)(GDL__VD(mul_pd)(vmom, GDL__VD(cvtps_pd)(GDL__VF(loadu_ps)(buf + i))),
+                                        GDL__VD(mul_pd)(vdamp, d));
+                GDL__VF(storeu_ps)(buf + i, GDL__VD(cvtpd_ps)(b));
+                d = nesterov ? GDL__VD(add_pd)(d, GDL__VD(mul_pd)(vmom, b)) : b;
+            }
+            pn = GDL__VD(cvtpd_ps)(GDL__VD(sub_pd)(pi, GDL__VD(mul_pd)(vlr, d)));
+            GDL__VF(storeu_ps)(p + i, pn);
+            if (bp) gdl__bf16v_store(bp + i, pn);
+        }
+    }
+#endif
 /* one element's step, its gradient GI (a double): every loop below is this */
 #define GDL__SGD_ELEM(GI)                                                               \
     do {                                                                                \
@@ -15567,18 +15687,18 @@ static void gdl__sgd_part(gdl__args a, int64_t lo, int64_t hi) {
         uint16_t *plow = (uint16_t *)t.plow;
         const int low = t.low;
         if (low == GDL_BF16) /* the loop below with the dtype a constant (no call: vectorised) */
-            for (i = lo; i < hi; i++) {
+            for (; i < hi; i++) {
                 GDL__SGD_ELEM((double)gdl__opt_lowf(GDL_BF16, glow[i]));
                 plow[i] = gdl__opt_round(GDL_BF16, (float)p[i]);
             }
         else
-            for (i = lo; i < hi; i++) {
+            for (; i < hi; i++) {
                 GDL__SGD_ELEM((double)gdl__opt_lowf(low, glow[i]));
                 plow[i] = gdl__opt_round(low, (float)p[i]);
             }
         return;
     }
-    for (i = lo; i < hi; i++) GDL__SGD_ELEM(g[i]);
+    for (; i < hi; i++) GDL__SGD_ELEM(g[i]);
 #undef GDL__SGD_ELEM
 }
 /* The CPU's table is a copy of the entries: device memory is host memory. */
@@ -15626,35 +15746,6 @@ static int gdl__cpu_opt_run(const void *table, gdl__loop_fn part, int op) {
 }
 static int gdl__cpu_sgd_multi(const void *table) { return gdl__cpu_opt_run(table, gdl__sgd_part, -1); }
 
-#if defined(GDL__GEMM_AVX512)
-/* master weights, 8 bf16 at a time: widened exactly; rounded as gdl__opt_round (nearest even, NaN kept quiet) */
-static __m256 gdl__bf16v_load(const uint16_t *h) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)h)), 16));
-}
-static void gdl__bf16v_store(uint16_t *h, __m256 f) {
-    const __m256i x = _mm256_castps_si256(f), one = _mm256_set1_epi32(1);
-    __m256i r = _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)),
-                                 _mm256_and_si256(_mm256_srli_epi32(x, 16), one));
-    __m256i q = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
-    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-    r = _mm256_blendv_epi8(_mm256_srli_epi32(r, 16), q, nan);
-    r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08); /* the 8 halves, in order, in the low 128 bits */
-    _mm_storeu_si128((__m128i *)h, _mm256_castsi256_si128(r));
-}
-#elif defined(GDL__GEMM_AVX2)
-/* the same, 4 at a time */
-static __m128 gdl__bf16v_load(const uint16_t *h) {
-    return _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)h)), 16));
-}
-static void gdl__bf16v_store(uint16_t *h, __m128 f) {
-    const __m128i x = _mm_castps_si128(f), one = _mm_set1_epi32(1);
-    __m128i r = _mm_add_epi32(_mm_add_epi32(x, _mm_set1_epi32(0x7fff)), _mm_and_si128(_mm_srli_epi32(x, 16), one));
-    __m128i q = _mm_or_si128(_mm_srli_epi32(x, 16), _mm_set1_epi32(0x40));
-    __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(x, _mm_set1_epi32(0x7fffffff)), _mm_set1_epi32(0x7f800000));
-    r = _mm_blendv_epi8(_mm_srli_epi32(r, 16), q, nan);
-    _mm_storel_epi64((__m128i *)h, _mm_packus_epi32(r, r));
-}
-#endif
 static void gdl__adam_part(gdl__args a, int64_t lo, int64_t hi) {
     const gdl_opt_tensor t = *a.t;
     const gdl_opt_hyper h = *t.hyper;
@@ -15665,7 +15756,7 @@ static void gdl__adam_part(gdl__args a, int64_t lo, int64_t hi) {
     const int64_t stp = t.step ? *t.step : 0, step = stp < INT32_MAX ? stp + 1 : stp;
     int64_t i = lo;
     double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
-#if defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_AVX2)
+#ifdef GDL__OPT_W
     /* the loop below, 8 (4) elements at a time: the same operations in
        double, so the same bits; compilers do not vectorise the loop itself
        (sqrt's errno). Master weights in bf16 too (bg, bp: the gradient read
@@ -15673,44 +15764,28 @@ static void gdl__adam_part(gdl__args a, int64_t lo, int64_t hi) {
     if (!t.low || t.low == GDL_BF16) {
         const uint16_t *bg = t.low ? (const uint16_t *)t.glow : NULL;
         uint16_t *bp = t.low ? (uint16_t *)t.plow : NULL;
-#ifdef GDL__GEMM_AVX512
-#define GDL__AW 8
-#define GDL__AV(f) _mm512_##f
-#define GDL__AF(f) _mm256_##f
-        typedef __m512d vd;
-        typedef __m256 vf;
-#else
-#define GDL__AW 4
-#define GDL__AV(f) _mm256_##f
-#define GDL__AF(f) _mm_##f
-        typedef __m256d vd;
-        typedef __m128 vf;
-#endif
-        const vd b1 = GDL__AV(set1_pd)(beta1), b1c = GDL__AV(set1_pd)(1 - beta1), b2 = GDL__AV(set1_pd)(beta2);
-        const vd b2c = GDL__AV(set1_pd)(1 - beta2), vlr = GDL__AV(set1_pd)(lr), vbc1 = GDL__AV(set1_pd)(bc1);
-        const vd vbc2 = GDL__AV(set1_pd)(bc2), veps = GDL__AV(set1_pd)(eps);
-        const vd vwd = GDL__AV(set1_pd)(decoupled ? lr * weight_decay : weight_decay);
-        for (; i + GDL__AW <= hi; i += GDL__AW) {
-            vd gi = GDL__AV(cvtps_pd)(bg ? gdl__bf16v_load(bg + i) : GDL__AF(loadu_ps)(g + i));
-            vd pi = GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(p + i)), md, den;
-            vf mf, vv, pn;
-            if (decoupled) pi = GDL__AV(sub_pd)(pi, GDL__AV(mul_pd)(vwd, pi));
-            else gi = GDL__AV(add_pd)(gi, GDL__AV(mul_pd)(vwd, pi));
-            mf = GDL__AV(cvtpd_ps)(GDL__AV(add_pd)(GDL__AV(mul_pd)(b1, GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(m + i))),
-                                                   GDL__AV(mul_pd)(b1c, gi)));
-            vv = GDL__AV(cvtpd_ps)(GDL__AV(add_pd)(GDL__AV(mul_pd)(b2, GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(v + i))),
-                                                   GDL__AV(mul_pd)(GDL__AV(mul_pd)(b2c, gi), gi)));
-            GDL__AF(storeu_ps)(m + i, mf);
-            GDL__AF(storeu_ps)(v + i, vv);
-            md = GDL__AV(mul_pd)(vlr, GDL__AV(div_pd)(GDL__AV(cvtps_pd)(mf), vbc1));
-            den = GDL__AV(add_pd)(GDL__AV(sqrt_pd)(GDL__AV(div_pd)(GDL__AV(cvtps_pd)(vv), vbc2)), veps);
-            pn = GDL__AV(cvtpd_ps)(GDL__AV(sub_pd)(pi, GDL__AV(div_pd)(md, den)));
-            GDL__AF(storeu_ps)(p + i, pn);
+        const gdl__vd b1 = GDL__VD(set1_pd)(beta1), b1c = GDL__VD(set1_pd)(1 - beta1), b2 = GDL__VD(set1_pd)(beta2);
+        const gdl__vd b2c = GDL__VD(set1_pd)(1 - beta2), vlr = GDL__VD(set1_pd)(lr), vbc1 = GDL__VD(set1_pd)(bc1);
+        const gdl__vd vbc2 = GDL__VD(set1_pd)(bc2), veps = GDL__VD(set1_pd)(eps);
+        const gdl__vd vwd = GDL__VD(set1_pd)(decoupled ? lr * weight_decay : weight_decay);
+        for (; i + GDL__OPT_W <= hi; i += GDL__OPT_W) {
+            gdl__vd gi = GDL__VD(cvtps_pd)(bg ? gdl__bf16v_load(bg + i) : GDL__VF(loadu_ps)(g + i));
+            gdl__vd pi = GDL__VD(cvtps_pd)(GDL__VF(loadu_ps)(p + i)), md, den;
+            gdl__vf mf, vv, pn;
+            if (decoupled) pi = GDL__VD(sub_pd)(pi, GDL__VD(mul_pd)(vwd, pi));
+            else gi = GDL__VD(add_pd)(gi, GDL__VD(mul_pd)(vwd, pi));
+            mf = GDL__VD(cvtpd_ps)(GDL__VD(add_pd)(GDL__VD(mul_pd)(b1, GDL__VD(cvtps_pd)(GDL__VF(loadu_ps)(m + i))),
+                                                   GDL__VD(mul_pd)(b1c, gi)));
+            vv = GDL__VD(cvtpd_ps)(GDL__VD(add_pd)(GDL__VD(mul_pd)(b2, GDL__VD(cvtps_pd)(GDL__VF(loadu_ps)(v + i))),
+                                                   GDL__VD(mul_pd)(GDL__VD(mul_pd)(b2c, gi), gi)));
+            GDL__VF(storeu_ps)(m + i, mf);
+            GDL__VF(storeu_ps)(v + i, vv);
+            md = GDL__VD(mul_pd)(vlr, GDL__VD(div_pd)(GDL__VD(cvtps_pd)(mf), vbc1));
+            den = GDL__VD(add_pd)(GDL__VD(sqrt_pd)(GDL__VD(div_pd)(GDL__VD(cvtps_pd)(vv), vbc2)), veps);
+            pn = GDL__VD(cvtpd_ps)(GDL__VD(sub_pd)(pi, GDL__VD(div_pd)(md, den)));
+            GDL__VF(storeu_ps)(p + i, pn);
             if (bp) gdl__bf16v_store(bp + i, pn);
         }
-#undef GDL__AW
-#undef GDL__AV
-#undef GDL__AF
     }
 #endif
 /* one element's step, its gradient GI (a double): both loops below are this */
@@ -39558,6 +39633,9 @@ GPUDL_API int gdl_onnx_parameters(gdl_onnx_model *m, const char **names, gdl_ten
     }
     return cnt;
 }
+#ifdef GDL__VECTORIZE_ALL
+#pragma GCC pop_options
+#endif
 #endif /* GPUDL_IMPLEMENTATION_DONE */
 #endif /* GPUDL_IMPLEMENTATION */
 

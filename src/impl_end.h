@@ -1,3 +1,6 @@
+#ifdef GDL__VECTORIZE_ALL
+#pragma GCC pop_options
+#endif
 #endif /* GPUDL_IMPLEMENTATION_DONE */
 #endif /* GPUDL_IMPLEMENTATION */
 

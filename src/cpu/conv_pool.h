@@ -272,30 +272,37 @@ static void gdl__dconv_tr16(const float *s, ptrdiff_t lds, int rows, float *d, p
 #if defined(GDL__GEMM_AVX512)
     __m512 r[16], u[16];
     int i;
+    GDL__UNROLL
     for (i = 0; i < 16; i++) r[i] = i < rows ? _mm512_loadu_ps(s + i * lds) : _mm512_setzero_ps();
+    GDL__UNROLL
     for (i = 0; i < 16; i += 2) { /* 2x2 blocks of elements */
         u[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
         u[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
     }
+    GDL__UNROLL
     for (i = 0; i < 16; i += 4) { /* 4x4 */
         r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(u[i]), _mm512_castps_pd(u[i + 2])));
         r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(u[i]), _mm512_castps_pd(u[i + 2])));
         r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(u[i + 1]), _mm512_castps_pd(u[i + 3])));
         r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(u[i + 1]), _mm512_castps_pd(u[i + 3])));
     }
+    GDL__UNROLL
     for (i = 0; i < 4; i++) { /* 128-bit lanes: 8x8, then 16x16 */
         u[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
         u[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
         u[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
         u[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
     }
+    GDL__UNROLL
     for (i = 0; i < 4; i++) {
         r[i] = _mm512_shuffle_f32x4(u[i], u[i + 8], 0x88);
         r[i + 8] = _mm512_shuffle_f32x4(u[i], u[i + 8], 0xdd);
         r[i + 4] = _mm512_shuffle_f32x4(u[i + 4], u[i + 12], 0x88);
         r[i + 12] = _mm512_shuffle_f32x4(u[i + 4], u[i + 12], 0xdd);
     }
-    for (i = 0; i < drows; i++) _mm512_storeu_ps(d + i * ldd, r[i]);
+    GDL__UNROLL
+    for (i = 0; i < 16; i++) /* 16, not drows: a known count, the loop unrolled, r in registers */
+        if (i < drows) _mm512_storeu_ps(d + i * ldd, r[i]);
 #else
     int c, i;
     for (c = 0; c < drows; c++)

@@ -978,36 +978,65 @@ static void gdl__gelu_rows(const gdl_real *x, gdl_real *y, int64_t n); /* exact 
    then the ReLU (relu set), in vectors on the SIMD paths (on a K of 128 the scalar loop cost a quarter of
    the tile's multiply-adds), each lane the scalar loop's arithmetic */
 /* the vectors of the epilogue and of gdl__gemm_put on the SIMD paths: GDL__EPI_W floats a register */
+/* and the first n < GDL__EPI_W floats of a register, by mask (gdl__epi_mask(n)), for rows' tails */
 #if defined(GDL__GEMM_AVX512)
 #define GDL__EPI_W 16
 #define GDL__EPI(op) _mm512_##op
 typedef __m512 gdl__epi_v;
+typedef __mmask16 gdl__epi_m;
+#define gdl__epi_mask(n) ((__mmask16)((1u << (n)) - 1))
+#define GDL__EPI_LOADM(p, k) _mm512_maskz_loadu_ps((k), (p))
+#define GDL__EPI_STOREM(p, k, v) _mm512_mask_storeu_ps((p), (k), (v))
 #elif defined(GDL__GEMM_AVX2)
 #define GDL__EPI_W 8
 #define GDL__EPI(op) _mm256_##op
 typedef __m256 gdl__epi_v;
+typedef __m256i gdl__epi_m;
+#define gdl__epi_mask(n) _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
+#define GDL__EPI_LOADM(p, k) _mm256_maskload_ps((p), (k))
+#define GDL__EPI_STOREM(p, k, v) _mm256_maskstore_ps((p), (k), (v))
 #endif
 static void gdl__gemm_epi_row(gdl_real *GDL__RESTRICT c, gdl_real *GDL__RESTRICT pre,
                               const gdl_real *GDL__RESTRICT bias, int add, gdl_real b, int relu, int n) {
-    int j = 0;
 #ifdef GDL__EPI_W
     const gdl__epi_v vb = GDL__EPI(set1_ps)(b), zero = GDL__EPI(setzero_ps)();
-    for (; j + GDL__EPI_W <= n; j += GDL__EPI_W) {
-        gdl__epi_v v = GDL__EPI(loadu_ps)(c + j);
-        if (bias) v = GDL__EPI(add_ps)(v, GDL__EPI(loadu_ps)(bias + j));
-        else if (add) v = GDL__EPI(add_ps)(v, vb);
-        if (pre) GDL__EPI(storeu_ps)(pre + j, v);
-        if (relu) v = GDL__EPI(max_ps)(v, zero); /* v > 0 ? v : 0: max returns its second operand unless v > 0 */
-        GDL__EPI(storeu_ps)(c + j, v);
+    gdl__epi_v v;
+    gdl__epi_m k;
+    int j = 0;
+/* one register of the row at j, loaded and stored by LOAD(p) and STORE(p, v) */
+#define GDL__EPI_ROW_STEP(LOAD, STORE)                                                                            \
+    do {                                                                                                          \
+        v = LOAD(c + j);                                                                                          \
+        if (bias) v = GDL__EPI(add_ps)(v, LOAD(bias + j));                                                        \
+        else if (add) v = GDL__EPI(add_ps)(v, vb);                                                                \
+        if (pre) STORE(pre + j, v);                                                                               \
+        if (relu) v = GDL__EPI(max_ps)(v, zero); /* v > 0 ? v : 0: max returns its second operand unless v > 0 */ \
+        STORE(c + j, v);                                                                                          \
+    } while (0)
+#define GDL__EPI_LOAD(p) GDL__EPI(loadu_ps)(p)
+#define GDL__EPI_STORE(p, x) GDL__EPI(storeu_ps)((p), (x))
+#define GDL__EPI_LOADK(p) GDL__EPI_LOADM((p), k)
+#define GDL__EPI_STOREK(p, x) GDL__EPI_STOREM((p), k, (x))
+    for (; j + GDL__EPI_W <= n; j += GDL__EPI_W) GDL__EPI_ROW_STEP(GDL__EPI_LOAD, GDL__EPI_STORE);
+    if (j < n) { /* the tail by mask: a conv's rows of 196 or 49 positions left a scalar loop a fifth of the time */
+        k = gdl__epi_mask(n - j);
+        GDL__EPI_ROW_STEP(GDL__EPI_LOADK, GDL__EPI_STOREK);
     }
-#endif
-    for (; j < n; j++) {
+#undef GDL__EPI_ROW_STEP
+#undef GDL__EPI_LOAD
+#undef GDL__EPI_STORE
+#undef GDL__EPI_LOADK
+#undef GDL__EPI_STOREK
+#else
+    int j;
+    for (j = 0; j < n; j++) {
         gdl_real v = c[j];
         if (bias) v = v + bias[j];
         else if (add) v = v + b;
         if (pre) pre[j] = v;
         c[j] = relu ? (v > 0 ? v : 0) : v;
     }
+#endif
 }
 
 static void gdl__gemm_epi_at(const gdl__gemm_args *g, gdl_real *C, gdl_real *P, int i0, int m, int j0, int n) {
@@ -1287,14 +1316,6 @@ static void gdl__tile_steps(const uint16_t *a, const uint16_t *b, const gdl__til
 #define GDL__TILE_NAME "avx512 bf16 dot"
 static int gdl__tile_grant(void) { return 1; }
 static void gdl__tile_ready(void) {}
-/* The loops over a block's 16 sum vectors unrolled whatever the optimisation level: at -O2 gcc 12 left the
-   8-row loop rolled, the sums in memory, each vdpbf16ps waiting on a store and a load (char_gpt's linear
-   layers slower in bf16 than in ieee, 1.3x) */
-#if defined(__GNUC__)
-#define GDL__TILE_UNROLL _Pragma("GCC unroll 16")
-#else
-#define GDL__TILE_UNROLL
-#endif
 static inline __m512bh gdl__bf16_pair(const uint16_t *p) { /* the pair at p, in every lane */
     int32_t v;
     memcpy(&v, p, 4);
@@ -1310,7 +1331,7 @@ static inline void gdl__tile_rows8(__m512 *c, int ns, const uint16_t *a, size_t 
         for (p = 0; p < 16; p++) {
             const __m512bh bl = (__m512bh)_mm512_loadu_si512((const void *)(b0 + s * bs + (size_t)p * ldb));
             const __m512bh bh = (__m512bh)_mm512_loadu_si512((const void *)(b1 + s * bs + (size_t)p * ldb));
-            GDL__TILE_UNROLL
+            GDL__UNROLL
             for (i = 0; i < 8; i++) {
                 const __m512bh ap = gdl__bf16_pair(a + s * as + (size_t)i * lda + 2 * p);
                 c[2 * i] = _mm512_dpbf16_ps(c[2 * i], ap, bl);
@@ -1326,14 +1347,14 @@ static void gdl__tile_steps(const uint16_t *a, const uint16_t *b, const gdl__til
         const uint16_t *ar = a + (r0 < 16 ? 0 : l->a1) + (ptrdiff_t)(r0 % 16) * (l->lda / 2);
         float *tr = t + r0 * 32;
         __m512 c[16];
-        GDL__TILE_UNROLL
+        GDL__UNROLL
         for (i = 0; i < 8; i++) {
             c[2 * i] = load ? _mm512_loadu_ps(tr + i * 32) : _mm512_setzero_ps();
             c[2 * i + 1] = load ? _mm512_loadu_ps(tr + i * 32 + 16) : _mm512_setzero_ps();
         }
         for (s = 0; s < ns; s++)
             gdl__tile_rows8(c, 1, ar + l->ao[s], 0, l->lda / 2, b + l->bo[s], b + l->bo[s] + l->b1, 0, l->ldb / 2);
-        GDL__TILE_UNROLL
+        GDL__UNROLL
         for (i = 0; i < 8; i++) {
             _mm512_storeu_ps(tr + i * 32, c[2 * i]);
             _mm512_storeu_ps(tr + i * 32 + 16, c[2 * i + 1]);
@@ -1346,10 +1367,10 @@ static void gdl__tile_kernel(int ks, const uint16_t *a0, const uint16_t *a1, con
     int r0, i;
     for (r0 = 0; r0 < 32; r0 += 8) {
         __m512 c[16];
-        GDL__TILE_UNROLL
+        GDL__UNROLL
         for (i = 0; i < 16; i++) c[i] = _mm512_setzero_ps();
         gdl__tile_rows8(c, ks, (r0 < 16 ? a0 : a1) + (size_t)(r0 % 16) * 32, 512, 32, b, b + 512, 1024, 32);
-        GDL__TILE_UNROLL
+        GDL__UNROLL
         for (i = 0; i < 8; i++) {
             _mm512_store_ps(t + (r0 + i) * 32, c[2 * i]);
             _mm512_store_ps(t + (r0 + i) * 32 + 16, c[2 * i + 1]);

@@ -15,6 +15,50 @@ static uint16_t gdl__opt_round(int low, float f) {
     q = (x >> 16) | 0x40u;                                  /* a NaN stays a (quiet) NaN */
     return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? q : r); /* a select: the loops vectorise */
 }
+#if defined(GDL__GEMM_AVX512)
+/* master weights, 8 bf16 at a time: widened exactly; rounded as gdl__opt_round (nearest even, NaN kept quiet) */
+static __m256 gdl__bf16v_load(const uint16_t *h) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)h)), 16));
+}
+static void gdl__bf16v_store(uint16_t *h, __m256 f) {
+    const __m256i x = _mm256_castps_si256(f), one = _mm256_set1_epi32(1);
+    __m256i r = _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)),
+                                 _mm256_and_si256(_mm256_srli_epi32(x, 16), one));
+    __m256i q = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    r = _mm256_blendv_epi8(_mm256_srli_epi32(r, 16), q, nan);
+    r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08); /* the 8 halves, in order, in the low 128 bits */
+    _mm_storeu_si128((__m128i *)h, _mm256_castsi256_si128(r));
+}
+#elif defined(GDL__GEMM_AVX2)
+/* the same, 4 at a time */
+static __m128 gdl__bf16v_load(const uint16_t *h) {
+    return _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)h)), 16));
+}
+static void gdl__bf16v_store(uint16_t *h, __m128 f) {
+    const __m128i x = _mm_castps_si128(f), one = _mm_set1_epi32(1);
+    __m128i r = _mm_add_epi32(_mm_add_epi32(x, _mm_set1_epi32(0x7fff)), _mm_and_si128(_mm_srli_epi32(x, 16), one));
+    __m128i q = _mm_or_si128(_mm_srli_epi32(x, 16), _mm_set1_epi32(0x40));
+    __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(x, _mm_set1_epi32(0x7fffffff)), _mm_set1_epi32(0x7f800000));
+    r = _mm_blendv_epi8(_mm_srli_epi32(r, 16), q, nan);
+    _mm_storel_epi64((__m128i *)h, _mm_packus_epi32(r, r));
+}
+#endif
+/* the optimizers' vector loops: GDL__OPT_W elements a step, in doubles (GDL__VD's ops, gdl__vd) read from and
+   rounded to floats (GDL__VF's, gdl__vf) */
+#if defined(GDL__GEMM_AVX512)
+#define GDL__OPT_W 8
+#define GDL__VD(f) _mm512_##f
+#define GDL__VF(f) _mm256_##f
+typedef __m512d gdl__vd;
+typedef __m256 gdl__vf;
+#elif defined(GDL__GEMM_AVX2)
+#define GDL__OPT_W 4
+#define GDL__VD(f) _mm256_##f
+#define GDL__VF(f) _mm_##f
+typedef __m256d gdl__vd;
+typedef __m128 gdl__vf;
+#endif
 /* The optimizers' parts update the elements [lo, hi) of the tensor a.t with
    its group's hyper-parameters (both copied: see gdl__args). */
 static void gdl__sgd_part(gdl__args a, int64_t lo, int64_t hi) {
@@ -28,7 +72,36 @@ static void gdl__sgd_part(gdl__args a, int64_t lo, int64_t hi) {
        version each); with first_step read from *t.step here it does not (gcc 12, -fopt-info-vec) */
     const double lr = h.lr, dampening = h.dampening, weight_decay = h.weight_decay;
     const int nesterov = h.nesterov;
-    int64_t i;
+    int64_t i = lo;
+#ifdef GDL__OPT_W
+    /* the loops below, 8 (4) elements at a time: the same operations in double, so the same bits. gcc
+       vectorises the scalar loops at -O3 only, where it unswitches them on the flags; -O2, the level most
+       builds use, left them scalar (fc10's SGD step 2x slower). Master weights in bf16 too (bg, bp); f16's
+       go to the scalar loop. */
+    if (!t.low || t.low == GDL_BF16) {
+        const uint16_t *bg = t.low ? (const uint16_t *)t.glow : NULL;
+        uint16_t *bp = t.low ? (uint16_t *)t.plow : NULL;
+        const gdl__vd vwd = GDL__VD(set1_pd)(weight_decay), vmom = GDL__VD(set1_pd)(momentum);
+        const gdl__vd vdamp = GDL__VD(set1_pd)(1 - dampening), vlr = GDL__VD(set1_pd)(lr);
+        for (; i + GDL__OPT_W <= hi; i += GDL__OPT_W) {
+            const gdl__vd pi = GDL__VD(cvtps_pd)(GDL__VF(loadu_ps)(p + i));
+            gdl__vd d = GDL__VD(cvtps_pd)(bg ? gdl__bf16v_load(bg + i) : GDL__VF(loadu_ps)(g + i));
+            gdl__vf pn;
+            d = GDL__VD(add_pd)(d, GDL__VD(mul_pd)(vwd, pi));
+            if (momentum != 0) {
+                gdl__vd b = d;
+                if (!first_step)
+                    b = GDL__VD(add_pd)(GDL__VD(mul_pd)(vmom, GDL__VD(cvtps_pd)(GDL__VF(loadu_ps)(buf + i))),
+                                        GDL__VD(mul_pd)(vdamp, d));
+                GDL__VF(storeu_ps)(buf + i, GDL__VD(cvtpd_ps)(b));
+                d = nesterov ? GDL__VD(add_pd)(d, GDL__VD(mul_pd)(vmom, b)) : b;
+            }
+            pn = GDL__VD(cvtpd_ps)(GDL__VD(sub_pd)(pi, GDL__VD(mul_pd)(vlr, d)));
+            GDL__VF(storeu_ps)(p + i, pn);
+            if (bp) gdl__bf16v_store(bp + i, pn);
+        }
+    }
+#endif
 /* one element's step, its gradient GI (a double): every loop below is this */
 #define GDL__SGD_ELEM(GI)                                                               \
     do {                                                                                \
@@ -45,18 +118,18 @@ static void gdl__sgd_part(gdl__args a, int64_t lo, int64_t hi) {
         uint16_t *plow = (uint16_t *)t.plow;
         const int low = t.low;
         if (low == GDL_BF16) /* the loop below with the dtype a constant (no call: vectorised) */
-            for (i = lo; i < hi; i++) {
+            for (; i < hi; i++) {
                 GDL__SGD_ELEM((double)gdl__opt_lowf(GDL_BF16, glow[i]));
                 plow[i] = gdl__opt_round(GDL_BF16, (float)p[i]);
             }
         else
-            for (i = lo; i < hi; i++) {
+            for (; i < hi; i++) {
                 GDL__SGD_ELEM((double)gdl__opt_lowf(low, glow[i]));
                 plow[i] = gdl__opt_round(low, (float)p[i]);
             }
         return;
     }
-    for (i = lo; i < hi; i++) GDL__SGD_ELEM(g[i]);
+    for (; i < hi; i++) GDL__SGD_ELEM(g[i]);
 #undef GDL__SGD_ELEM
 }
 /* The CPU's table is a copy of the entries: device memory is host memory. */
@@ -104,35 +177,6 @@ static int gdl__cpu_opt_run(const void *table, gdl__loop_fn part, int op) {
 }
 static int gdl__cpu_sgd_multi(const void *table) { return gdl__cpu_opt_run(table, gdl__sgd_part, -1); }
 
-#if defined(GDL__GEMM_AVX512)
-/* master weights, 8 bf16 at a time: widened exactly; rounded as gdl__opt_round (nearest even, NaN kept quiet) */
-static __m256 gdl__bf16v_load(const uint16_t *h) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)h)), 16));
-}
-static void gdl__bf16v_store(uint16_t *h, __m256 f) {
-    const __m256i x = _mm256_castps_si256(f), one = _mm256_set1_epi32(1);
-    __m256i r = _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)),
-                                 _mm256_and_si256(_mm256_srli_epi32(x, 16), one));
-    __m256i q = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
-    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-    r = _mm256_blendv_epi8(_mm256_srli_epi32(r, 16), q, nan);
-    r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08); /* the 8 halves, in order, in the low 128 bits */
-    _mm_storeu_si128((__m128i *)h, _mm256_castsi256_si128(r));
-}
-#elif defined(GDL__GEMM_AVX2)
-/* the same, 4 at a time */
-static __m128 gdl__bf16v_load(const uint16_t *h) {
-    return _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)h)), 16));
-}
-static void gdl__bf16v_store(uint16_t *h, __m128 f) {
-    const __m128i x = _mm_castps_si128(f), one = _mm_set1_epi32(1);
-    __m128i r = _mm_add_epi32(_mm_add_epi32(x, _mm_set1_epi32(0x7fff)), _mm_and_si128(_mm_srli_epi32(x, 16), one));
-    __m128i q = _mm_or_si128(_mm_srli_epi32(x, 16), _mm_set1_epi32(0x40));
-    __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(x, _mm_set1_epi32(0x7fffffff)), _mm_set1_epi32(0x7f800000));
-    r = _mm_blendv_epi8(_mm_srli_epi32(r, 16), q, nan);
-    _mm_storel_epi64((__m128i *)h, _mm_packus_epi32(r, r));
-}
-#endif
 static void gdl__adam_part(gdl__args a, int64_t lo, int64_t hi) {
     const gdl_opt_tensor t = *a.t;
     const gdl_opt_hyper h = *t.hyper;
@@ -143,7 +187,7 @@ static void gdl__adam_part(gdl__args a, int64_t lo, int64_t hi) {
     const int64_t stp = t.step ? *t.step : 0, step = stp < INT32_MAX ? stp + 1 : stp;
     int64_t i = lo;
     double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
-#if defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_AVX2)
+#ifdef GDL__OPT_W
     /* the loop below, 8 (4) elements at a time: the same operations in
        double, so the same bits; compilers do not vectorise the loop itself
        (sqrt's errno). Master weights in bf16 too (bg, bp: the gradient read
@@ -151,44 +195,28 @@ static void gdl__adam_part(gdl__args a, int64_t lo, int64_t hi) {
     if (!t.low || t.low == GDL_BF16) {
         const uint16_t *bg = t.low ? (const uint16_t *)t.glow : NULL;
         uint16_t *bp = t.low ? (uint16_t *)t.plow : NULL;
-#ifdef GDL__GEMM_AVX512
-#define GDL__AW 8
-#define GDL__AV(f) _mm512_##f
-#define GDL__AF(f) _mm256_##f
-        typedef __m512d vd;
-        typedef __m256 vf;
-#else
-#define GDL__AW 4
-#define GDL__AV(f) _mm256_##f
-#define GDL__AF(f) _mm_##f
-        typedef __m256d vd;
-        typedef __m128 vf;
-#endif
-        const vd b1 = GDL__AV(set1_pd)(beta1), b1c = GDL__AV(set1_pd)(1 - beta1), b2 = GDL__AV(set1_pd)(beta2);
-        const vd b2c = GDL__AV(set1_pd)(1 - beta2), vlr = GDL__AV(set1_pd)(lr), vbc1 = GDL__AV(set1_pd)(bc1);
-        const vd vbc2 = GDL__AV(set1_pd)(bc2), veps = GDL__AV(set1_pd)(eps);
-        const vd vwd = GDL__AV(set1_pd)(decoupled ? lr * weight_decay : weight_decay);
-        for (; i + GDL__AW <= hi; i += GDL__AW) {
-            vd gi = GDL__AV(cvtps_pd)(bg ? gdl__bf16v_load(bg + i) : GDL__AF(loadu_ps)(g + i));
-            vd pi = GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(p + i)), md, den;
-            vf mf, vv, pn;
-            if (decoupled) pi = GDL__AV(sub_pd)(pi, GDL__AV(mul_pd)(vwd, pi));
-            else gi = GDL__AV(add_pd)(gi, GDL__AV(mul_pd)(vwd, pi));
-            mf = GDL__AV(cvtpd_ps)(GDL__AV(add_pd)(GDL__AV(mul_pd)(b1, GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(m + i))),
-                                                   GDL__AV(mul_pd)(b1c, gi)));
-            vv = GDL__AV(cvtpd_ps)(GDL__AV(add_pd)(GDL__AV(mul_pd)(b2, GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(v + i))),
-                                                   GDL__AV(mul_pd)(GDL__AV(mul_pd)(b2c, gi), gi)));
-            GDL__AF(storeu_ps)(m + i, mf);
-            GDL__AF(storeu_ps)(v + i, vv);
-            md = GDL__AV(mul_pd)(vlr, GDL__AV(div_pd)(GDL__AV(cvtps_pd)(mf), vbc1));
-            den = GDL__AV(add_pd)(GDL__AV(sqrt_pd)(GDL__AV(div_pd)(GDL__AV(cvtps_pd)(vv), vbc2)), veps);
-            pn = GDL__AV(cvtpd_ps)(GDL__AV(sub_pd)(pi, GDL__AV(div_pd)(md, den)));
-            GDL__AF(storeu_ps)(p + i, pn);
+        const gdl__vd b1 = GDL__VD(set1_pd)(beta1), b1c = GDL__VD(set1_pd)(1 - beta1), b2 = GDL__VD(set1_pd)(beta2);
+        const gdl__vd b2c = GDL__VD(set1_pd)(1 - beta2), vlr = GDL__VD(set1_pd)(lr), vbc1 = GDL__VD(set1_pd)(bc1);
+        const gdl__vd vbc2 = GDL__VD(set1_pd)(bc2), veps = GDL__VD(set1_pd)(eps);
+        const gdl__vd vwd = GDL__VD(set1_pd)(decoupled ? lr * weight_decay : weight_decay);
+        for (; i + GDL__OPT_W <= hi; i += GDL__OPT_W) {
+            gdl__vd gi = GDL__VD(cvtps_pd)(bg ? gdl__bf16v_load(bg + i) : GDL__VF(loadu_ps)(g + i));
+            gdl__vd pi = GDL__VD(cvtps_pd)(GDL__VF(loadu_ps)(p + i)), md, den;
+            gdl__vf mf, vv, pn;
+            if (decoupled) pi = GDL__VD(sub_pd)(pi, GDL__VD(mul_pd)(vwd, pi));
+            else gi = GDL__VD(add_pd)(gi, GDL__VD(mul_pd)(vwd, pi));
+            mf = GDL__VD(cvtpd_ps)(GDL__VD(add_pd)(GDL__VD(mul_pd)(b1, GDL__VD(cvtps_pd)(GDL__VF(loadu_ps)(m + i))),
+                                                   GDL__VD(mul_pd)(b1c, gi)));
+            vv = GDL__VD(cvtpd_ps)(GDL__VD(add_pd)(GDL__VD(mul_pd)(b2, GDL__VD(cvtps_pd)(GDL__VF(loadu_ps)(v + i))),
+                                                   GDL__VD(mul_pd)(GDL__VD(mul_pd)(b2c, gi), gi)));
+            GDL__VF(storeu_ps)(m + i, mf);
+            GDL__VF(storeu_ps)(v + i, vv);
+            md = GDL__VD(mul_pd)(vlr, GDL__VD(div_pd)(GDL__VD(cvtps_pd)(mf), vbc1));
+            den = GDL__VD(add_pd)(GDL__VD(sqrt_pd)(GDL__VD(div_pd)(GDL__VD(cvtps_pd)(vv), vbc2)), veps);
+            pn = GDL__VD(cvtpd_ps)(GDL__VD(sub_pd)(pi, GDL__VD(div_pd)(md, den)));
+            GDL__VF(storeu_ps)(p + i, pn);
             if (bp) gdl__bf16v_store(bp + i, pn);
         }
-#undef GDL__AW
-#undef GDL__AV
-#undef GDL__AF
     }
 #endif
 /* one element's step, its gradient GI (a double): both loops below are this */
