@@ -456,7 +456,7 @@
    api/export.h             a model as one self-contained C99 file for microcontrollers (gdl_export_c)
    api/op_math.h            the elementwise ops' codes and their scalar math, one definition for the CPU and CUDA kernels
    api/backend.h            the backend table: runtime and kernel entries (GDL_RUNTIME_ENTRIES, GDL_KERNEL_ENTRIES); the end of the API (GPUDL_H)
-   impl_begin.h             the GPUDL_IMPLEMENTATION guards, system includes, portability macros
+   impl_begin.h             the GPUDL_IMPLEMENTATION guards, system includes, portability macros, gcc's vectoriser settings
    runtime/platform.h       the operating system (POSIX, Win32): threads, atomics, clocks, files, directories, dynamic loading, sockets
    runtime/errors.h         gdl__set_error, gdl_last_error
    runtime/env.h            the environment variables, parsed whole (numbers in range, strings that fit, 0/1 switches)
