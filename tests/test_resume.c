@@ -24,6 +24,7 @@
 #else
 #include <windows.h>
 #include <process.h>
+#include <errno.h>
 /* The parent turns the child's exit code into a POSIX wait status (in_child), so the tests below read the
    same on both: an exit code c is c << 8, TerminateProcess's KILLED_CODE is "killed by SIGKILL", and
    anything else (a crash's 0xC0000005...) is -1, which none of the checks accepts. */
@@ -205,11 +206,20 @@ static int in_child(const char *ckdir, int resume, long die_at, const char *weig
         args[i] = q[i];
     }
     args[NARG] = NULL;
-    fflush(NULL);
-    code = _spawnv(_P_WAIT, self, args);
+    /* a start that fails (-1: the child never ran, nothing of it to undo) is tried twice more: under a loaded
+       Wine, _spawnv once failed to start a child that the next run started */
+    for (i = 0; i < 3; i++) {
+        fflush(NULL);
+        errno = 0;
+        code = _spawnv(_P_WAIT, self, args);
+        if (code != -1) break;
+        fprintf(stderr, "in_child: the child did not start (errno %d: %s)%s\n", errno, strerror(errno),
+                i < 2 ? ", trying again" : "");
+        Sleep(500);
+    }
     if (code == KILLED_CODE) return SIGKILL;
     if (code >= 0 && code <= 255) return (int)code << 8;
-    fprintf(stderr, "in_child: the child %s (%ld)\n", code < 0 ? "did not start" : "ended abnormally", (long)code);
+    if (code != -1) fprintf(stderr, "in_child: the child ended abnormally (%ld)\n", (long)code);
     return -1;
 }
 
