@@ -208,13 +208,13 @@ static int in_child(const char *ckdir, int resume, long die_at, const char *weig
     args[NARG] = NULL;
     /* a start that fails (-1: the child never ran, nothing of it to undo) is tried twice more: under a loaded
        Wine, _spawnv once failed to start a child that the next run started */
-    for (i = 0; i < 3; i++) {
+    for (i = 0;; i++) {
         fflush(NULL);
         errno = 0;
         code = _spawnv(_P_WAIT, self, args);
         if (code != -1) break;
-        fprintf(stderr, "in_child: the child did not start (errno %d: %s)%s\n", errno, strerror(errno),
-                i < 2 ? ", trying again" : "");
+        fprintf(stderr, "in_child: the child did not start (errno %d: %s)\n", errno, strerror(errno));
+        if (i == 2) break;
         Sleep(500);
     }
     if (code == KILLED_CODE) return SIGKILL;

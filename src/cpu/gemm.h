@@ -977,8 +977,8 @@ static void gdl__gelu_rows(const gdl_real *x, gdl_real *y, int64_t n); /* exact 
 /* One row of the epilogue without an activation other than ReLU: c = c + (bias ? bias[j] : b), pre = c,
    then the ReLU (relu set), in vectors on the SIMD paths (on a K of 128 the scalar loop cost a quarter of
    the tile's multiply-adds), each lane the scalar loop's arithmetic */
-/* the vectors of the epilogue and of gdl__gemm_put on the SIMD paths: GDL__EPI_W floats a register */
-/* and the first n < GDL__EPI_W floats of a register, by mask (gdl__epi_mask(n)), for rows' tails */
+/* the vectors of the epilogue and of gdl__gemm_put on the SIMD paths: GDL__EPI_W floats a register; a row's
+   tail of n < GDL__EPI_W floats by the mask gdl__epi_mask(n) (GDL__EPI_LOADM, GDL__EPI_STOREM) */
 #if defined(GDL__GEMM_AVX512)
 #define GDL__EPI_W 16
 #define GDL__EPI(op) _mm512_##op
