@@ -60,7 +60,13 @@ static void bench_conv_pass(bench_conv_data *d, int pass, const char **path) {
     const float *in = pass == 0 ? d->x : pass == 1 ? d->x : NULL;
     float *out = pass == 0 ? d->y : pass == 1 ? d->gw : d->gx;
     int rc;
-    rc = gdl__cpu_conv_implicit(pass, g, 1, d->OC, -1, in, d->w, d->gy, NULL, out, NULL);
+    /* the input gradient as the op layer asks for it into a gradient not yet set: written (pass 3), or,
+       where the path only adds, zeroed and added to */
+    rc = gdl__cpu_conv_implicit(pass == 2 ? 3 : pass, g, 1, d->OC, -1, in, d->w, d->gy, NULL, out, NULL);
+    if (rc == 1 && pass == 2) {
+        memset(out, 0, sizeof(float) * (size_t)g->N * g->C * g->H * g->W);
+        rc = gdl__cpu_conv_implicit(2, g, 1, d->OC, -1, in, d->w, d->gy, NULL, out, NULL);
+    }
     if (rc == 0) {
         *path = "implicit GEMM";
 #ifdef GDL__DCONV

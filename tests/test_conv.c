@@ -3,7 +3,8 @@
    its epilogue, the input gradient a sample at a time) against im2col +
    GEMM + col2im, bit for bit, forward and both gradients, over strides,
    paddings, dilations, groups, kernel shapes, images smaller than the
-   kernel's reach and the GEMM's tile and K-block edges; the implicit path
+   kernel's reach and the GEMM's tile and K-block edges, the input gradient
+   both added to a zeroed one and written into one not yet set; the implicit path
    against a direct double loop; its bits at 1, 2 and 3 threads; its
    fallback when the GEMM's buffers are held by someone else; linear_act's
    epilogue against linear then the activation; the backend's bf16
@@ -146,10 +147,12 @@ static void free_res(conv_res *r) {
     memset(r, 0, sizeof *r);
 }
 
-/* One forward and backward on path (gdl__conv_path) with `threads` threads; the results copied into *res. */
-static int run(const conv_case *c, conv_io *io, int path, int threads, conv_res *res) {
+/* One forward and backward on path (gdl__conv_path) with `threads` threads; the results copied into *res.
+   fresh: the convolution's input is x times 1, an intermediate, whose gradient the backward writes rather
+   than adds to (conv_implicit's pass 3); else x itself, whose gradient is zeros, added to (pass 2). */
+static int run(const conv_case *c, conv_io *io, int path, int threads, int fresh, conv_res *res) {
     int s[2], p[2], d[2];
-    gdl_tensor *y, *loss;
+    gdl_tensor *x, *y, *loss;
     memset(res, 0, sizeof *res);
     gdl__conv_path = path >= 3 ? 1 : path;
 #ifdef GDL__DCONV
@@ -160,8 +163,9 @@ static int run(const conv_case *c, conv_io *io, int path, int threads, conv_res 
     if (gdl_zero_grad_tensor(io->x) < 0 || gdl_zero_grad_tensor(io->w) < 0 || (io->b && gdl_zero_grad_tensor(io->b) < 0))
         return -1;
     s[0] = c->sh; s[1] = c->sw; p[0] = c->ph; p[1] = c->pw; d[0] = c->dh; d[1] = c->dw;
-    y = c->act == NO_ACT ? gdl_conv2d_ex(io->x, io->w, io->b, s, p, d, c->groups)
-                         : gdl_conv2d_act(io->x, io->w, io->b, c->sh, c->ph, c->dh, c->groups, (gdl_act)c->act);
+    if (!(x = fresh ? gdl_mul_scalar(io->x, 1.0) : io->x)) return -1;
+    y = c->act == NO_ACT ? gdl_conv2d_ex(x, io->w, io->b, s, p, d, c->groups)
+                         : gdl_conv2d_act(x, io->w, io->b, c->sh, c->ph, c->dh, c->groups, (gdl_act)c->act);
     loss = y ? gdl_sum(gdl_mul(y, io->r)) : NULL;
     if (!loss || gdl_backward(loss) < 0) return -1;
     res->y = copy_of(y);
@@ -298,24 +302,26 @@ static enum harness_result against_direct_loop(const conv_case *c, const conv_io
    path agrees with the direct loop. */
 TEST conv_paths_agree(const conv_case *c) {
     /* path 2: the implicit GEMM where path 1 would take a direct kernel; -1: the path the shape picks; 3 and
-       4: path 1 with the direct weight gradient's spans of 2 samples and of 1 (several runs, a short last) */
-    static const int threads[] = {1, 2, 3, 2, 2, 2, 3}, paths[] = {1, 1, 1, -1, 2, 3, 4};
+       4: path 1 with the direct weight gradient's spans of 2 samples and of 1 (several runs, a short last);
+       fresh (run): the input gradient written, not added to a zeroed one */
+    static const int threads[] = {1, 2, 3, 2, 2, 2, 3}, paths[] = {1, 1, 1, -1, 2, 3, 4}, fresh[] = {0, 1, 0, 1, 1, 0, 1};
     conv_io io;
     conv_res old, cur;
     enum harness_result hr = HARNESS_PASS;
     size_t t;
     char what[64];
     if (make_io(c, &io) < 0) FAILm(gdl_last_error());
-    if (run(c, &io, 0, 2, &old) < 0) {
+    if (run(c, &io, 0, 2, 0, &old) < 0) {
         free_res(&old);
         free_io(&io); /* (frees set no error) */
         FAILf("%s: im2col: %s", c->name, gdl_last_error());
     }
     for (t = 0; t < sizeof threads / sizeof *threads && hr == HARNESS_PASS; t++) {
-        if (run(c, &io, paths[t], threads[t], &cur) < 0) {
+        if (run(c, &io, paths[t], threads[t], fresh[t], &cur) < 0) {
             hr = harness_fail_(__FILE__, __LINE__, "%s: path %d: %s", c->name, paths[t], gdl_last_error());
         } else {
-            snprintf(what, sizeof what, "path %d at %d threads against im2col", paths[t], threads[t]);
+            snprintf(what, sizeof what, "path %d at %d threads%s against im2col", paths[t], threads[t],
+                     fresh[t] ? " (gx written)" : "");
             hr = same_bits(what, c, &io, &old, &cur);
             if (hr == HARNESS_PASS && t == 0 && c->act != GDL_ACT_GELU && c->act != GDL_ACT_GELU_TANH)
                 hr = against_direct_loop(c, &io, &cur);
@@ -390,19 +396,20 @@ static enum harness_result bf16_case(const conv_case *c, int tile_unit) {
     if (gdl_cpu_set_fp32_precision("bf16") < 0) SKIPm("no bf16 precision here (neither AMX nor AVX512-BF16)");
     gdl_cpu_set_fp32_precision("ieee");
     if (make_io(c, &io) < 0) FAILm(gdl_last_error());
-    if (run(c, &io, -1, 2, &ieee) < 0) FAILf("%s: ieee: %s", c->name, gdl_last_error());
+    if (run(c, &io, -1, 2, 0, &ieee) < 0) FAILf("%s: ieee: %s", c->name, gdl_last_error());
     gdl_cpu_set_fp32_precision("bf16");
-    if (run(c, &io, -1, 1, &one) < 0) hr = harness_fail_(__FILE__, __LINE__, "%s: bf16: %s", c->name, gdl_last_error());
+    if (run(c, &io, -1, 1, 0, &one) < 0) hr = harness_fail_(__FILE__, __LINE__, "%s: bf16: %s", c->name, gdl_last_error());
     if (hr == HARNESS_PASS && c->act != GDL_ACT_GELU && c->act != GDL_ACT_GELU_TANH) {
         near_tol = 8e-3;
         hr = against_direct_loop(c, &io, &one);
         near_tol = 1e-5;
     }
     for (t = 2; t <= 3 && hr == HARNESS_PASS; t++) {
-        if (run(c, &io, -1, t, &cur) < 0)
+        if (run(c, &io, -1, t, t == 3, &cur) < 0)
             hr = harness_fail_(__FILE__, __LINE__, "%s: bf16, %d threads: %s", c->name, t, gdl_last_error());
         else
-            hr = same_bits(t == 2 ? "bf16 at 2 threads against 1" : "bf16 at 3 threads against 1", c, &io, &one, &cur);
+            hr = same_bits(t == 2 ? "bf16 at 2 threads against 1" : "bf16 at 3 threads, gx written, against 1", c, &io, &one,
+                           &cur);
         free_res(&cur);
     }
     if (hr == HARNESS_PASS && tile_unit && first_diff(one.y, ieee.y, (int64_t)c->N * c->OC * io.OH * io.OW) < 0)
@@ -424,9 +431,9 @@ static enum harness_result fold_ran(const conv_case *c) {
     enum harness_result hr = HARNESS_PASS;
     if (make_io(c, &io) < 0) FAILm(gdl_last_error());
     gdl_cpu_set_fp32_precision("bf16");
-    if (run(c, &io, -1, 2, &fold) < 0) hr = harness_fail_(__FILE__, __LINE__, "%s: %s", c->name, gdl_last_error());
+    if (run(c, &io, -1, 2, 0, &fold) < 0) hr = harness_fail_(__FILE__, __LINE__, "%s: %s", c->name, gdl_last_error());
     gdl__aconv_fold_on = 0;
-    if (hr == HARNESS_PASS && run(c, &io, -1, 2, &flat) < 0)
+    if (hr == HARNESS_PASS && run(c, &io, -1, 2, 0, &flat) < 0)
         hr = harness_fail_(__FILE__, __LINE__, "%s: unfolded: %s", c->name, gdl_last_error());
     gdl__aconv_fold_on = 1;
     if (hr == HARNESS_PASS && first_diff(fold.y, flat.y, (int64_t)c->N * c->OC * io.OH * io.OW) < 0)
@@ -478,7 +485,7 @@ TEST conv_falls_back_when_the_buffers_are_held(void) {
     SKIPm("no thread pool in this build (GPUDL_NO_THREADS): the buffers are never held");
 #endif
     if (make_io(c, &io) < 0) FAILm(gdl_last_error());
-    if (run(c, &io, 0, 2, &old) < 0) FAILf("im2col: %s", gdl_last_error());
+    if (run(c, &io, 0, 2, 0, &old) < 0) FAILf("im2col: %s", gdl_last_error());
     memset(&g, 0, sizeof g);
     g.N = 1; g.C = 1; g.H = g.W = 2; g.KH = g.KW = 1; g.SH = g.SW = g.DH = g.DW = 1; g.OH = g.OW = 2;
     ASSERT(gdl__pool_acquire());
@@ -487,7 +494,7 @@ TEST conv_falls_back_when_the_buffers_are_held(void) {
     ASSERT_EQ(1, gdl__cpu_conv_implicit(0, &g, 1, 1, -1, xs, ws, NULL, NULL, ys, NULL));
     gdl__conv_path = -1;
     ASSERT_IN_RANGE(0, ys[0] + ys[1] + ys[2] + ys[3], 0);
-    hr = run(c, &io, 1, 2, &cur) < 0 ? HARNESS_FAIL : HARNESS_PASS;
+    hr = run(c, &io, 1, 2, 0, &cur) < 0 ? HARNESS_FAIL : HARNESS_PASS;
     gdl__pool_release();
     if (hr == HARNESS_PASS) hr = same_bits("implicit with the buffers held", c, &io, &old, &cur);
     else FAILf("implicit, buffers held: %s", gdl_last_error());
