@@ -11,7 +11,7 @@
    backwards set (not add to) an unset gradient when told; the bf16
    precision's convolutions (AMX or AVX512-BF16), with a kernel row's taps folded into the
    channels and not, against the direct loop and across thread counts. Also the 2x2 max
-   pool's vector rows against a plain loop. One translation
+   pool's vector rows against a plain loop, and its backward. One translation
    unit with the implementation: it picks the path through gdl__conv_path. */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
@@ -337,18 +337,20 @@ TEST conv_paths_agree(const conv_case *c) {
 /* The 2x2 stride-2 max pool's own path (selects by bit masks; 16 outputs at a time on AVX-512, 8 on AVX2,
    the last ones masked; tested here since this program runs on each CPU path) against a plain first-max,
    first-NaN loop, on planes full of ties, NaNs and zeros of both signs, with odd sizes (a last row and
-   column left out): 5 outputs a row (one masked chunk), 18 (whole chunks and 2), 32 (whole ones). */
+   column left out): 5 outputs a row (one masked chunk), 18 (whole chunks and 2), 32 (whole ones), 14 (the
+   CNNs' 28 -> 14). Its backward into an unset gradient against the adds into zeros. */
 static int maxpool2x2_bad(int H, int W) {
     const int N = 3, C = 5, OH = H / 2, OW = W / 2;
     static const float vals[] = {0.0f, -0.0f, 1.0f, 1.0f, -2.0f, (float)NAN, -(float)NAN, (float)INFINITY,
                                  -(float)INFINITY, 3.0f};
     float *x = (float *)malloc(sizeof(float) * N * C * H * W), *y = (float *)malloc(sizeof(float) * N * C * OH * OW);
+    float *gx = (float *)malloc(sizeof(float) * N * C * H * W), *want = (float *)malloc(sizeof(float) * N * C * H * W);
     int32_t *idx = (int32_t *)malloc(sizeof(int32_t) * N * C * OH * OW);
     gdl_conv_geom g;
     int i, p, oh, ow, bad = 0;
     uint64_t r = 9;
-    if (!x || !y || !idx) {
-        free(x), free(y), free(idx);
+    if (!x || !y || !gx || !want || !idx) {
+        free(x), free(y), free(gx), free(want), free(idx);
         return -1;
     }
     for (i = 0; i < N * C * H * W; i++) {
@@ -373,15 +375,29 @@ static int maxpool2x2_bad(int H, int W) {
                 }
                 bad += idx[(p * OH + oh) * OW + ow] != bi || memcmp(&best, &got, sizeof best) != 0;
             }
+    /* the backward into an unset gx against zeros and adds at the indices, with y (zeros of both signs,
+       NaNs) as the output's gradient; gx starts as NaNs, so that an input left unwritten shows */
+    for (i = 0; i < N * C * H * W; i++) {
+        gx[i] = (float)NAN;
+        want[i] = 0.0f;
+    }
+    for (p = 0; p < N * C; p++)
+        for (i = 0; i < OH * OW; i++) want[p * H * W + idx[p * OH * OW + i]] += y[p * OH * OW + i];
+    gdl__cpu_maxpool_backward(GDL_F32, &g, y, idx, gx, 0);
+    bad += memcmp(gx, want, sizeof(float) * (size_t)N * C * H * W) != 0;
     free(x);
     free(y);
+    free(gx);
+    free(want);
     free(idx);
     return bad;
 }
 TEST maxpool2x2_path(void) {
-    ASSERT_EQm("9 x 11: outputs (bits) or indices differ from the first-max, first-NaN rule", 0, maxpool2x2_bad(9, 11));
-    ASSERT_EQm("6 x 37: outputs (bits) or indices differ from the first-max, first-NaN rule", 0, maxpool2x2_bad(6, 37));
-    ASSERT_EQm("4 x 64: outputs (bits) or indices differ from the first-max, first-NaN rule", 0, maxpool2x2_bad(4, 64));
+    ASSERT_EQm("9 x 11: outputs (bits) or indices differ from the first-max, first-NaN rule, or gradients from the "
+               "adds", 0, maxpool2x2_bad(9, 11));
+    ASSERT_EQm("6 x 37: outputs, indices or gradients differ", 0, maxpool2x2_bad(6, 37));
+    ASSERT_EQm("4 x 64: outputs, indices or gradients differ", 0, maxpool2x2_bad(4, 64));
+    ASSERT_EQm("7 x 28: outputs, indices or gradients differ", 0, maxpool2x2_bad(7, 28));
     PASS();
 }
 
