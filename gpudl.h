@@ -13237,15 +13237,41 @@ static int gdl__cpu_avgpool_backward_f32(const gdl_conv_geom *g, const gdl_real 
     return 0;
 }
 
+/* rows [lo, hi) of copy2d (a.n columns, a.inner and a.C the source's and destination's row strides) */
+static void gdl__copy2d_part(gdl__args a, int64_t lo, int64_t hi) {
+    const int64_t cols = a.n, sld = a.inner, dld = a.C;
+    int64_t r, c;
+    for (r = lo; r < hi; r++) {
+        if (a.accumulate)
+            for (c = 0; c < cols; c++) a.out[r * dld + c] += a.x[r * sld + c];
+        else
+            memmove(a.out + r * dld, a.x + r * sld, sizeof(gdl_real) * (size_t)cols);
+    }
+}
+/* elements [lo, hi) of a contiguous copy2d, as one row */
+static void gdl__copy_flat_part(gdl__args a, int64_t lo, int64_t hi) {
+    int64_t i;
+    if (a.accumulate)
+        for (i = lo; i < hi; i++) a.out[i] += a.x[i];
+    else
+        memcpy(a.out + lo, a.x + lo, sizeof(gdl_real) * (size_t)(hi - lo));
+}
+/* On the threads where the source and destination do not overlap (a gradient's copy: one thread's copy
+   of resnet10's residual gradients took 2.6 ms of its step on a Zen 4); contiguous rows as one range. */
 static int gdl__cpu_copy2d_f32(int64_t rows, int64_t cols, const gdl_real *src, int64_t sld, gdl_real *dst,
                            int64_t dld, int accumulate) {
-    int64_t r, c;
-    for (r = 0; r < rows; r++) {
-        if (accumulate)
-            for (c = 0; c < cols; c++) dst[r * dld + c] += src[r * sld + c];
-        else
-            memmove(dst + r * dld, src + r * sld, sizeof(gdl_real) * (size_t)cols);
-    }
+    gdl__args a = gdl__args_none();
+    const uintptr_t s0 = (uintptr_t)src, d0 = (uintptr_t)dst;
+    const uintptr_t s1 = (uintptr_t)(src + (rows > 0 ? (rows - 1) * sld + cols : 0));
+    const uintptr_t d1 = (uintptr_t)(dst + (rows > 0 ? (rows - 1) * dld + cols : 0));
+    if (rows <= 0 || cols <= 0) return 0;
+    a.x = src; a.out = dst; a.accumulate = accumulate; a.n = cols; a.inner = sld; a.C = dld;
+    if (s1 > d0 && d1 > s0) /* overlapping: in order, on this thread */
+        gdl__copy2d_part(a, 0, rows);
+    else if ((rows == 1 || (sld == cols && dld == cols)))
+        gdl__parallel_loop(rows * cols, rows * cols, gdl__copy_flat_part, &a);
+    else
+        gdl__parallel_loop(rows, rows * cols, gdl__copy2d_part, &a);
     return 0;
 }
 
