@@ -27,7 +27,7 @@
    --fp32-precision bf16 (gdl_cpu_set_fp32_precision: the GEMMs and convolutions on AMX's tile unit, or
    AVX512-BF16's dot products, where the CPU has one; 2026-12-07, the same Xeon): seeds 0-4 at 93.87,
    93.84, 93.68, 93.81, 93.98 %, seed 0 in 182 s on 2 quiet threads; on a Zen 4 (AVX512-BF16's dot
-   products, no tile unit): seeds 0-4 at 93.92, 93.64, 93.95, 93.82, 93.80 %, seed 0 in 280-292 s.
+   products, no tile unit): seeds 0-4 at 93.92, 93.64, 93.95, 93.82, 93.80 %, seed 0 in 264 s (2026-12-08).
 
    Build: make build/speedrun      Run: make speedrun (5 seeds; SPEEDRUN_SEEDS=N to change)
    Flags: [--data DIR] [--epochs N] [--batch-size N] [--seed N (the first)] [--seeds N] [--target PERCENT]
