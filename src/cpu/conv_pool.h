@@ -1709,14 +1709,12 @@ static void gdl__copy_flat_part(gdl__args a, int64_t lo, int64_t hi) {
 static int gdl__cpu_copy2d_f32(int64_t rows, int64_t cols, const gdl_real *src, int64_t sld, gdl_real *dst,
                            int64_t dld, int accumulate) {
     gdl__args a = gdl__args_none();
-    const uintptr_t s0 = (uintptr_t)src, d0 = (uintptr_t)dst;
-    const uintptr_t s1 = (uintptr_t)(src + (rows > 0 ? (rows - 1) * sld + cols : 0));
-    const uintptr_t d1 = (uintptr_t)(dst + (rows > 0 ? (rows - 1) * dld + cols : 0));
     if (rows <= 0 || cols <= 0) return 0;
     a.x = src; a.out = dst; a.accumulate = accumulate; a.n = cols; a.inner = sld; a.C = dld;
-    if (s1 > d0 && d1 > s0) /* overlapping: in order, on this thread */
+    if ((uintptr_t)(src + (rows - 1) * sld + cols) > (uintptr_t)dst &&
+        (uintptr_t)(dst + (rows - 1) * dld + cols) > (uintptr_t)src) /* overlapping: in order, on this thread */
         gdl__copy2d_part(a, 0, rows);
-    else if ((rows == 1 || (sld == cols && dld == cols)))
+    else if (rows == 1 || (sld == cols && dld == cols))
         gdl__parallel_loop(rows * cols, rows * cols, gdl__copy_flat_part, &a);
     else
         gdl__parallel_loop(rows, rows * cols, gdl__copy2d_part, &a);
